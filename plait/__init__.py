@@ -1,0 +1,38 @@
+"""plait: a portable deep-learning compiler and runtime (generated C on CPUs, OpenCL C on any GPU).
+
+>>> import plait
+>>> a = plait.tensor([[1.0, 2.0], [3.0, 4.0]], device="cpu")
+>>> (a @ a).numpy().tolist()
+[[7.0, 10.0], [15.0, 22.0]]
+"""
+
+from plait import dtypes
+from plait.dtypes import bool_, float16, float32, int32, int64
+from plait.errors import (
+    CompileError,
+    DeviceError,
+    DTypeError,
+    PlaitError,
+    ShapeError,
+    TileError,
+    UnsupportedError,
+)
+from plait.frontends.native.tensor import Tensor, cat, concatenate, matmul, maximum, minimum, stack, tensor, where
+from plait.graph.autodiff import no_grad
+from plait.runtime import default_device
+
+__version__ = "0.1.0"
+
+
+def devices() -> list[dict[str, object]]:
+    """Every device plait sees: name, kind, usable, and either its properties or why it cannot be used."""
+    from plait.runtime.discovery import list_devices
+
+    return list_devices()
+
+
+__all__ = [
+    "CompileError", "DTypeError", "DeviceError", "PlaitError", "ShapeError", "Tensor", "TileError", "UnsupportedError",
+    "bool_", "cat", "concatenate", "default_device", "devices", "dtypes", "float16", "float32", "int32", "int64",
+    "matmul", "maximum", "minimum", "no_grad", "stack", "tensor", "where",
+]

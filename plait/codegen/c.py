@@ -1,0 +1,35 @@
+"""The C dialect: one function per kernel, parallelised with OpenMP, vectorised by the compiler."""
+
+from __future__ import annotations
+
+from plait.codegen.cstyle import CStyleRenderer
+from plait.dtypes import DType
+
+_MATH = ("exp", "log", "sqrt", "fabs", "tanh", "sin", "cos", "erf", "floor", "ceil", "pow", "fmod")
+
+
+class CRenderer(CStyleRenderer):
+    dialect = "c"
+    storage_types = {"float32": "float", "float16": "_Float16", "int32": "int", "int64": "long", "bool": "unsigned char"}
+    fn_names = {f: f + "f" for f in _MATH}
+    preamble = "#include <math.h>\n"
+    parallel_threshold = 1 << 15  # below this much work, a parallel region costs more than it saves
+
+    def round_half(self, v: str) -> str:
+        return f"(float)(_Float16)({v})"
+
+    def param(self, dt: DType, name: str, is_output: bool) -> str:
+        const = "" if is_output else "const "
+        return f"{const}{self.storage_type(dt)}* restrict {name}"
+
+    def declare(self, name: str, params: list[str]) -> str:
+        return f"void {name}({', '.join(params)})"
+
+    def parallel_for(self, var: str, n: int, body: list[str], idx_t: str, work: int) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+        pragma = ["#pragma omp parallel for schedule(static)"] if work >= self.parallel_threshold and n > 1 else []
+        return [*pragma, f"for ({idx_t} {var} = 0; {var} < {n}; {var}++) {{", *("  " + ln for ln in body), "}"], (n,), None
+
+    def reduce_loop(self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str) -> list[str]:
+        simd = {"sum": "+", "prod": "*", "max": "max", "min": "min"}.get(op)
+        pragma = [f"#pragma omp simd reduction({simd}:{acc})"] if simd else []
+        return [*pragma, *super().reduce_loop(var, lo, hi, step, body, idx_t, acc, op)]

@@ -1,0 +1,189 @@
+"""The C-style renderer base: kernels for elementwise and reduce groups, rendered to source text.
+
+Dialects (c.py, opencl.py) override a handful of attributes and hooks: how a kernel is declared, how a
+parallel loop is spelled, type names, half-precision loads and stores, and a few math function names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from plait import dtypes
+from plait.codegen.expr import ExprBuilder, Idx
+from plait.dtypes import DType
+from plait.graph.node import Node
+
+
+class RenderedKernel:
+    """Source text plus what the runtime needs to launch it."""
+
+    def __init__(self, name: str, source: str, global_size: tuple[int, ...], local_size: tuple[int, ...] | None):
+        self.name = name
+        self.source = source
+        self.global_size = global_size
+        self.local_size = local_size
+
+
+_IDENTITY = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
+
+
+class CStyleRenderer:
+    dialect = "cstyle"
+    storage_types = {"float32": "float", "float16": "half", "int32": "int", "int64": "long", "bool": "unsigned char"}
+    fn_names: dict[str, str] = {}
+    interleaved_split = False  # partial reductions: contiguous chunks (CPU caches) or strided (GPU coalescing)
+    preamble = ""
+
+    # ---------------------------------------------------------------- types and values
+
+    def storage_type(self, dt: DType) -> str:
+        return self.storage_types[dt.name]
+
+    def compute_type(self, dt: DType) -> str:
+        return {"float16": "float", "bool": "int"}.get(dt.name, self.storage_types[dt.name])
+
+    def fn(self, name: str) -> str:
+        return self.fn_names.get(name, name)
+
+    def literal(self, v: Any, dt: DType) -> str:
+        if dt.is_float:
+            v = float(v)
+            if math.isnan(v):
+                return "NAN"
+            if math.isinf(v):
+                return "INFINITY" if v > 0 else "(-INFINITY)"
+            return f"{v!r}f" if "e" in repr(v) or "." in repr(v) else f"{v!r}.0f"
+        if dt == dtypes.bool_:
+            return "1" if v else "0"
+        v = int(v)
+        if dt == dtypes.int64:
+            return f"{v}L" if v > -(2**63) else f"({v + 1}L - 1L)"
+        return str(v) if v > -(2**31) else f"({v + 1} - 1)"
+
+    def load(self, dt: DType, buf: str, off: str) -> str:
+        return f"{buf}[{off}]" if dt != dtypes.bool_ else f"(int){buf}[{off}]"
+
+    def store(self, dt: DType, buf: str, off: str, val: str) -> str:
+        if dt == dtypes.bool_:
+            return f"{buf}[{off}] = ({val}) != 0;"
+        return f"{buf}[{off}] = {val};"
+
+    def round_half(self, v: str) -> str:
+        raise NotImplementedError
+
+    def cast(self, v: str, src: DType, dst: DType) -> str:
+        if dst == dtypes.bool_:
+            return f"(({v}) != 0)"
+        if dst == dtypes.float16:
+            return self.round_half(f"(float)({v})")
+        return f"({self.compute_type(dst)})({v})"
+
+    # ---------------------------------------------------------------- skeleton hooks (dialects override)
+
+    def param(self, dt: DType, name: str, is_output: bool) -> str:
+        raise NotImplementedError
+
+    def declare(self, name: str, params: list[str]) -> str:
+        raise NotImplementedError
+
+    def parallel_for(self, var: str, n: int, body: list[str], idx_t: str, work: int) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+        raise NotImplementedError
+
+    def reduce_loop(self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str) -> list[str]:
+        return [f"for ({idx_t} {var} = {lo}; {var} < {hi}; {var} += {step}) {{", *body, "}"]
+
+    # ---------------------------------------------------------------- kernels
+
+    def _params(self, out: Node, inputs: list[Node]) -> tuple[list[str], dict[int, str]]:
+        params = [self.param(out.dtype, "b0", True)]
+        names: dict[int, str] = {}
+        for i, node in enumerate(inputs, 1):
+            params.append(self.param(node.dtype, f"b{i}", False))
+            names[node.uid] = f"b{i}"
+        return params, names
+
+    def _finish(self, kind: str, out: Node, params: list[str], lines: list[str], gs: tuple[int, ...], ls: tuple[int, ...] | None) -> RenderedKernel:
+        import hashlib
+
+        body = "\n".join("  " + ln for ln in lines)
+        digest = hashlib.sha256(("\n".join(params) + body).encode()).hexdigest()[:10]
+        name = f"{kind}_{'x'.join(map(str, out.shape)) or 's'}_{digest}"
+        src = f"{self.preamble}{self.declare(name, params)} {{\n{body}\n}}\n"
+        return RenderedKernel(name, src, gs, ls)
+
+    def idx_type(self, *sizes: int) -> str:
+        return "int" if max(sizes, default=1) < 2**31 - 1 else "long"
+
+    def render_elementwise(self, out: Node, root: Node, inputs: list[Node]) -> RenderedKernel:
+        params, names = self._params(out, inputs)
+        idx_t = self.idx_type(out.size, *(n.size for n in inputs))
+        b = ExprBuilder(self, names, idx_t)
+        v = b.value(root, Idx(root.shape, linear="gid"))
+        b.lines.append(self.store(out.dtype, "b0", "gid", v))
+        lines, gs, ls = self.parallel_for("gid", out.size, b.lines, idx_t, out.size * max(1, len(b.lines)))
+        return self._finish("E", out, params, lines, gs, ls)
+
+    def render_reduce(self, out: Node, root: Node, inputs: list[Node]) -> RenderedKernel:
+        """A reduce (rsum/rmax/rmin/rprod/argmax/argmin) or a partial reduce (rsplit) writing `out`."""
+        params, names = self._params(out, inputs)
+        split = 1
+        if root.op == "rsplit":
+            op, axes, split = root.arg
+        elif root.op in ("argmax", "argmin"):
+            op, axes = root.op, root.arg
+        else:
+            op, axes = root.op[1:], root.arg
+        src = root.srcs[0]
+        keep = tuple(1 if i in axes else s for i, s in enumerate(src.shape))
+        red = tuple(src.shape[a] for a in axes)
+        total = math.prod(red)
+        idx_t = self.idx_type(out.size, src.size, *(n.size for n in inputs))
+        b = ExprBuilder(self, names, idx_t)
+        lines = b.lines
+        if split > 1:
+            o = b.tmp(idx_t, f"gid / {split}", "o")
+            p = b.tmp(idx_t, f"gid % {split}", "p")
+        else:
+            o, p = "gid", "0"
+        ocs = b.coords(Idx(keep, linear=o))
+        ct = self.compute_type(src.dtype)
+        is_arg = op in ("argmax", "argmin")
+        init = self.literal(_IDENTITY["max" if op == "argmax" else "min" if op == "argmin" else op], src.dtype)
+        if not src.dtype.is_float and op in ("max", "min", "argmax", "argmin"):
+            lim = 2**63 - 1 if src.dtype == dtypes.int64 else 2**31 - 1
+            init = self.literal(-lim - 1 if op in ("max", "argmax") else lim, src.dtype)
+        lines.append(f"{ct} acc = {init};")
+        if is_arg:
+            lines.append("long acci = 0;")
+        if split > 1:
+            chunk = -(-total // split)
+            lo, hi, step = (p, str(total), str(split)) if self.interleaved_split else (f"{p} * {chunk}", f"({p} * {chunk} + {chunk} < {total} ? {p} * {chunk} + {chunk} : {total})", "1")
+        else:
+            lo, hi, step = "0", str(total), "1"
+        saved_lines, saved_cache = b.lines, dict(b.cache)
+        b.lines = inner = []
+        rcs = b.coords(Idx(red, linear="r")) if len(red) > 1 else ["r"]
+        full = list(ocs)
+        for a, c in zip(axes, rcs, strict=True):
+            full[a] = c
+        v = b.value(src, Idx(src.shape, coords=full))
+        if is_arg:
+            cmp = ">" if op == "argmax" else "<"
+            inner.append(f"if ({v} {cmp} acc) {{ acc = {v}; acci = r; }}")
+        else:
+            inner.append("acc = " + _combine(op, "acc", v) + ";")
+        b.lines, b.cache = saved_lines, saved_cache
+        lines.extend(self.reduce_loop("r", lo, hi, step, inner, idx_t, "acc", "" if is_arg else op))
+        lines.append(self.store(out.dtype, "b0", "gid", "acci" if is_arg else "acc"))
+        body, gs, ls = self.parallel_for("gid", out.size, lines, idx_t, out.size * max(1, total // split))
+        return self._finish("R", out, params, body, gs, ls)
+
+
+def _combine(op: str, a: str, v: str) -> str:
+    return {
+        "sum": f"{a} + {v}",
+        "prod": f"{a} * {v}",
+        "max": f"({v} > {a} ? {v} : {a})",
+        "min": f"({v} < {a} ? {v} : {a})",
+    }[op]

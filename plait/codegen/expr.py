@@ -1,0 +1,180 @@
+"""Index arithmetic and expression emission shared by every C-style dialect.
+
+`ExprBuilder.value(node, idx)` returns a C expression for element `idx` of `node`, emitting temporaries into
+`lines`. Movement ops become index transforms; pad and cat clamp their source indices so every load stays in
+bounds and select the fill value afterwards. Values are cached per (node, index) for common subexpressions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from plait.errors import UnsupportedError
+from plait.graph.node import Node
+from plait.graph.ops import OPS
+
+
+def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+class Idx:
+    """An element position in `shape`: a linear (row-major) index, per-axis coordinates, or both."""
+
+    def __init__(self, shape: tuple[int, ...], linear: str | None = None, coords: list[str] | None = None):
+        self.shape = shape
+        self.linear = linear
+        self.coords = coords
+
+    def key(self) -> Any:
+        return ("L", self.linear) if self.linear is not None else ("C", tuple(self.coords or ()))
+
+
+class ExprBuilder:
+    def __init__(self, renderer: Any, args: dict[int, str], idx_t: str):
+        self.r = renderer
+        self.args = args  # node uid -> buffer argument name
+        self.idx_t = idx_t
+        self.lines: list[str] = []
+        self.cache: dict[Any, str] = {}
+        self.n = 0
+
+    def tmp(self, ctype: str, expr: str, prefix: str = "t") -> str:
+        self.n += 1
+        name = f"{prefix}{self.n}"
+        self.lines.append(f"{ctype} {name} = {expr};")
+        return name
+
+    # ---------------------------------------------------------------- indices
+
+    def coords(self, idx: Idx) -> list[str]:
+        if idx.coords is None:
+            lin, shape = idx.linear, idx.shape
+            assert lin is not None
+            st = strides_of(shape)
+            cs = []
+            for i, (s, t) in enumerate(zip(shape, st, strict=True)):
+                if s == 1:
+                    cs.append("0")
+                    continue
+                e = lin if t == 1 else f"({lin} / {t})"
+                if i > 0 and math.prod(shape[:i]) > 1:
+                    e = f"({e} % {s})"
+                cs.append(self.tmp(self.idx_t, e, "i"))
+            idx.coords = cs
+        return idx.coords
+
+    def linear(self, idx: Idx) -> str:
+        if idx.linear is None:
+            terms = [f"{c} * {t}" if t != 1 else c for c, t, s in zip(self.coords(idx), strides_of(idx.shape), idx.shape, strict=True) if s != 1 and c != "0"]
+            idx.linear = self.tmp(self.idx_t, " + ".join(terms) if terms else "0", "i")
+        return idx.linear
+
+    def _reshape_idx(self, idx: Idx, src_shape: tuple[int, ...]) -> Idx:
+        if idx.linear is not None:
+            return Idx(src_shape, linear=idx.linear)
+        a = [(c, s) for c, s in zip(self.coords(idx), idx.shape, strict=True) if s != 1]
+        if [s for _, s in a] == [s for s in src_shape if s != 1]:
+            it = iter(c for c, _ in a)
+            return Idx(src_shape, coords=[next(it) if s != 1 else "0" for s in src_shape])
+        return Idx(src_shape, linear=self.linear(idx))
+
+    def _clamp(self, e: str, hi: int) -> str:
+        return f"(({e}) < 0 ? 0 : (({e}) > {hi} ? {hi} : ({e})))"
+
+    # ---------------------------------------------------------------- values
+
+    def value(self, node: Node, idx: Idx) -> str:
+        key = (node.uid, idx.key())
+        if key in self.cache:
+            return self.cache[key]
+        v = self._value(node, idx)
+        self.cache[key] = v
+        return v
+
+    def load(self, node: Node, idx: Idx) -> str:
+        off = self.linear(idx) if node.size > 1 else "0"
+        return self.tmp(self.r.compute_type(node.dtype), self.r.load(node.dtype, self.args[node.uid], off), "v")
+
+    def _value(self, node: Node, idx: Idx) -> str:
+        if node.uid in self.args:
+            return self.load(node, idx)
+        op = node.op
+        if op == "const":
+            return self.r.literal(node.arg, node.dtype)
+        kind = OPS[op].kind
+        if kind == "movement":
+            return self._movement(node, idx)
+        if kind != "elementwise":
+            raise UnsupportedError(f"internal: {op} {node.shape} must be realized before an elementwise kernel")
+        vals = [self.value(s, idx) for s in node.srcs]
+        if op == "cast":
+            expr = self.r.cast(vals[0], node.srcs[0].dtype, node.dtype)
+        else:
+            render = OPS[op].render
+            assert render is not None
+            in_dt = node.srcs[-1].dtype
+            expr = render(self.r, in_dt, *vals)
+        return self.tmp(self.r.compute_type(node.dtype), expr)
+
+    def _movement(self, node: Node, idx: Idx) -> str:
+        op, src = node.op, node.srcs[0]
+        if op == "reshape":
+            return self.value(src, self._reshape_idx(idx, src.shape))
+        cs = self.coords(idx)
+        if op == "permute":
+            new = [""] * len(cs)
+            for i, p in enumerate(node.arg):
+                new[p] = cs[i]
+            return self.value(src, Idx(src.shape, coords=new))
+        if op == "expand":
+            new = ["0" if s == 1 else c for c, s in zip(cs, src.shape, strict=True)]
+            return self.value(src, Idx(src.shape, coords=new))
+        if op == "shrink":
+            new = [c if (a, t) == (0, 1) else f"({a} + {c} * {t})" if t != 1 else f"({a} + {c})" for c, (a, _, t) in zip(cs, node.arg, strict=True)]
+            return self.value(src, Idx(src.shape, coords=new))
+        if op == "flip":
+            new = [f"({src.shape[i] - 1} - {c})" if i in node.arg else c for i, c in enumerate(cs)]
+            return self.value(src, Idx(src.shape, coords=new))
+        if op == "pad":
+            return self._pad(node, cs)
+        if op == "cat":
+            return self._cat(node, cs)
+        raise UnsupportedError(f"internal: unknown movement op {op}")
+
+    def _pad(self, node: Node, cs: list[str]) -> str:
+        pads, fill = node.arg
+        src = node.srcs[0]
+        conds, new = [], []
+        for c, (before, _), s in zip(cs, pads, src.shape, strict=True):
+            if before == 0 and s == node.shape[len(new)]:
+                new.append(c)
+                continue
+            shifted = f"({c} - {before})" if before else c
+            conds.append(f"({shifted} >= 0 && {shifted} < {s})")
+            new.append(self.tmp(self.idx_t, self._clamp(shifted, s - 1), "i"))
+        v = self.value(src, Idx(src.shape, coords=new))
+        if not conds:
+            return v
+        return self.tmp(self.r.compute_type(node.dtype), f"({' && '.join(conds)}) ? {v} : {self.r.literal(fill, node.dtype)}")
+
+    def _cat(self, node: Node, cs: list[str]) -> str:
+        axis, c = node.arg, cs[node.arg]
+        expr, offset = "", 0
+        parts = []
+        for src in node.srcs:
+            n = src.shape[axis]
+            new = list(cs)
+            new[axis] = self.tmp(self.idx_t, self._clamp(f"({c} - {offset})", n - 1), "i")
+            parts.append((offset, self.value(src, Idx(src.shape, coords=new))))
+            offset += n
+        expr = parts[-1][1]
+        for off, v in reversed(parts[:-1]):
+            nxt = next(o for o, _ in parts if o > off)
+            expr = f"({c} < {nxt} ? {v} : {expr})"
+        return self.tmp(self.r.compute_type(node.dtype), expr)

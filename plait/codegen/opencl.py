@@ -1,0 +1,46 @@
+"""The OpenCL C dialect (1.2): one work-item per output element; half through vload_half/vstore_half."""
+
+from __future__ import annotations
+
+from plait import dtypes
+from plait.codegen.cstyle import CStyleRenderer
+from plait.dtypes import DType
+
+
+class OpenCLRenderer(CStyleRenderer):
+    dialect = "opencl"
+    storage_types = {"float32": "float", "float16": "half", "int32": "int", "int64": "long", "bool": "uchar"}
+    interleaved_split = True
+    local_size = 256
+    preamble = (
+        "inline float plait_round_half(float x) { ushort h; vstore_half(x, 0, (half*)&h);"
+        " return vload_half(0, (const half*)&h); }\n"
+    )
+
+    def round_half(self, v: str) -> str:
+        return f"plait_round_half({v})"
+
+    def load(self, dt: DType, buf: str, off: str) -> str:
+        if dt == dtypes.float16:
+            return f"vload_half({off}, {buf})"
+        return super().load(dt, buf, off)
+
+    def store(self, dt: DType, buf: str, off: str, val: str) -> str:
+        if dt == dtypes.float16:
+            return f"vstore_half({val}, {off}, {buf});"
+        return super().store(dt, buf, off, val)
+
+    def param(self, dt: DType, name: str, is_output: bool) -> str:
+        const = "" if is_output else "const "
+        return f"__global {const}{self.storage_type(dt)}* restrict {name}"
+
+    def declare(self, name: str, params: list[str]) -> str:
+        return f"__kernel void {name}({', '.join(params)})"
+
+    def parallel_for(self, var: str, n: int, body: list[str], idx_t: str, work: int) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+        ls = min(self.local_size, max(1, n))
+        gs = -(-n // ls) * ls
+        head = [f"{idx_t} {var} = get_global_id(0);"]
+        if gs != n:
+            head.append(f"if ({var} >= {n}) return;")
+        return [*head, *body], (gs,), (ls,)

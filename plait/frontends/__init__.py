@@ -1,0 +1,1 @@
+"""Frontends: the native Tensor API, PyTorch (torch.compile backend) and ONNX."""

@@ -1,0 +1,143 @@
+"""The `cpu` device: kernels rendered as C, built by the system compiler (-O3, native SIMD, OpenMP) and loaded
+through ctypes. Buffers are 64-byte-aligned host memory; launches are plain function calls with preset pointers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from plait import settings
+from plait.codegen.c import CRenderer
+from plait.errors import CompileError, DeviceError
+from plait.runtime import cache
+from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program
+
+# Idle OpenMP threads must sleep, not spin: on a loaded 2-core machine spinning threads starve real work.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if settings.get("PLAIT_NUM_THREADS"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(settings.get("PLAIT_NUM_THREADS")))
+
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=fast", "-lm"]
+
+
+def find_compiler() -> str:
+    configured = settings.get("PLAIT_CC")
+    for cand in [configured] if configured else ["cc", "gcc", "clang"]:
+        path = shutil.which(cand)
+        if path:
+            return path
+    raise DeviceError("cpu: no C compiler found (tried cc, gcc, clang); install gcc or set PLAIT_CC")
+
+
+class CPUAllocator(Allocator):
+    def __init__(self, device: Device):
+        self.device = device
+        self.pool: dict[int, list[np.ndarray]] = {}
+
+    def alloc(self, nbytes: int) -> Buffer:
+        free = self.pool.get(nbytes)
+        if free:
+            arr = free.pop()
+        else:
+            raw = np.empty(max(nbytes, 1) + 64, dtype=np.uint8)
+            start = (-raw.ctypes.data) % 64
+            arr = raw[start : start + max(nbytes, 1)]
+        return Buffer(self.device, nbytes, arr)
+
+    def free(self, nbytes: int, handle: Any) -> None:
+        self.pool.setdefault(nbytes, []).append(handle)
+
+    def copy_in(self, buf: Buffer, src: np.ndarray) -> None:
+        buf.handle[: buf.nbytes] = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
+
+    def copy_out(self, buf: Buffer, dst: np.ndarray) -> None:
+        dst.reshape(-1).view(np.uint8)[:] = buf.handle[: buf.nbytes]
+
+
+class CPUProgram(Program):
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def bind(self, buffers: list[Buffer], global_size: tuple[int, ...], local_size: tuple[int, ...] | None) -> Any:
+        return functools.partial(self.fn, *(ctypes.c_void_p(b.handle.ctypes.data) for b in buffers))
+
+
+class CPUDevice(Device):
+    def __init__(self, name: str = "cpu"):
+        if name != "cpu":
+            raise DeviceError(f"unknown cpu device {name!r}; use 'cpu'")
+        self.name = name
+        self.cc = find_compiler()
+        self.renderer = CRenderer()
+        self.allocator = CPUAllocator(self)
+        self._programs: dict[str, CPUProgram] = {}
+        cores = os.cpu_count() or 1
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        self.info = DeviceInfo("cpu", _cpu_name(), cores, mem, driver=_cc_version(self.cc))
+
+    def compile(self, source: str, kernel_name: str) -> Program:
+        key = cache.key_of("cpu", self.info.driver, " ".join(FLAGS), source)
+        prog = self._programs.get(key)
+        if prog is None:
+            lib = self._load(key, source)
+            fn = getattr(lib, kernel_name)
+            fn.restype = None
+            prog = self._programs[key] = CPUProgram(fn)
+        return prog
+
+    def _load(self, key: str, source: str) -> ctypes.CDLL:
+        binary = cache.get("cpu", key)
+        if binary is None:
+            binary = self._build(source)
+            cache.put("cpu", key, binary)
+        lib_dir = cache.cache_dir() / "cpu-lib"
+        lib_dir.mkdir(exist_ok=True)
+        path = lib_dir / f"{key}.so"
+        if not path.exists() or path.stat().st_size != len(binary):
+            cache.atomic_write(path, binary)
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError:
+            cache.atomic_write(path, binary)  # a damaged library file: rewrite it from the verified cache entry
+            return ctypes.CDLL(str(path))
+
+    def _build(self, source: str) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="plait-cc-") as tmp:
+            src, out = Path(tmp) / "k.c", Path(tmp) / "k.so"
+            src.write_text(source)
+            res = subprocess.run([self.cc, *FLAGS, str(src), "-o", str(out)], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise CompileError(f"cpu: {self.cc} failed to build a kernel:\n{res.stderr[-4000:]}\n--- source ---\n{source[:4000]}")
+            return out.read_bytes()
+
+    def synchronize(self) -> None:
+        return None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "cpu"
+
+
+@functools.cache
+def _cc_version(cc: str) -> str:
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return cc

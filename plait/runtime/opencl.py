@@ -1,0 +1,178 @@
+"""The `opencl` device: pyopencl over any OpenCL 1.2+ platform, one in-order queue, binaries cached on disk.
+
+Discovery probes every device by building and running a tiny kernel; a platform that lists devices but cannot
+build (e.g. a PoCL without support for this CPU) is reported unusable with the reason instead of breaking plait.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+from plait.codegen.opencl import OpenCLRenderer
+from plait.errors import CompileError, DeviceError
+from plait.runtime import cache
+from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program
+
+if "OCL_ICD_VENDORS" not in os.environ and os.path.isdir("/etc/OpenCL/vendors"):
+    os.environ["OCL_ICD_VENDORS"] = "/etc/OpenCL/vendors"
+
+_PROBE = "__kernel void probe(__global float* x) { x[get_global_id(0)] = 2.0f * get_global_id(0); }"
+
+
+def _cl() -> Any:
+    try:
+        import pyopencl as cl
+    except ImportError as e:  # pragma: no cover - pyopencl is a core dependency
+        raise DeviceError("opencl: pyopencl is not installed; pip install pyopencl") from e
+    return cl
+
+
+@functools.cache
+def discover() -> list[tuple[str, Any, str | None]]:
+    """Every OpenCL device as (plait name, cl.Device or None, reason it is unusable or None)."""
+    cl = _cl()
+    out: list[tuple[str, Any, str | None]] = []
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as e:
+        return [("opencl", None, f"no OpenCL platform ({e}); on Debian: apt install pocl-opencl-icd")]
+    i = 0
+    for plat in platforms:
+        try:
+            devs = plat.get_devices()
+        except cl.Error as e:
+            out.append((f"opencl (platform {plat.name})", None, f"listing devices failed: {e}"))
+            continue
+        for dev in devs:
+            out.append((f"opencl:{i}", dev, _probe(cl, dev)))
+            i += 1
+    return out
+
+
+def _probe(cl: Any, dev: Any) -> str | None:
+    try:
+        ctx = cl.Context([dev])
+        queue = cl.CommandQueue(ctx)
+        prog = cl.Program(ctx, _PROBE).build()
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 16 * 4)
+        prog.probe(queue, (16,), None, buf)
+        host = np.empty(16, np.float32)
+        cl.enqueue_copy(queue, host, buf)
+        queue.finish()
+        if not np.array_equal(host, 2.0 * np.arange(16, dtype=np.float32)):
+            return "probe kernel computed wrong values"
+    except Exception as e:  # noqa: BLE001 - any driver failure makes the device unusable, with its reason
+        msg = " ".join(str(e).split())
+        return f"cannot build or run a kernel ({dev.platform.name} {dev.platform.version}): {msg[:300]}"
+    return None
+
+
+class CLAllocator(Allocator):
+    def __init__(self, device: OpenCLDevice):
+        self.device = device
+        self.pool: dict[int, list[Any]] = {}
+
+    def alloc(self, nbytes: int) -> Buffer:
+        free = self.pool.get(nbytes)
+        if free:
+            return Buffer(self.device, nbytes, free.pop())
+        cl = _cl()
+        try:
+            handle = cl.Buffer(self.device.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 4))
+        except cl.Error as e:
+            raise DeviceError(f"{self.device.name}: cannot allocate {nbytes} bytes ({e}); use a smaller batch") from e
+        return Buffer(self.device, nbytes, handle)
+
+    def free(self, nbytes: int, handle: Any) -> None:
+        self.pool.setdefault(nbytes, []).append(handle)
+
+    def copy_in(self, buf: Buffer, src: np.ndarray) -> None:
+        if buf.nbytes:
+            _cl().enqueue_copy(self.device.queue, buf.handle, np.ascontiguousarray(src), is_blocking=True)
+
+    def copy_out(self, buf: Buffer, dst: np.ndarray) -> None:
+        if buf.nbytes:
+            _cl().enqueue_copy(self.device.queue, dst, buf.handle, is_blocking=True)
+
+
+class CLProgram(Program):
+    def __init__(self, device: OpenCLDevice, kernel: Any):
+        self.device = device
+        self.kernel = kernel
+
+    def bind(self, buffers: list[Buffer], global_size: tuple[int, ...], local_size: tuple[int, ...] | None) -> Any:
+        cl = _cl()
+        k = self.kernel.clone() if hasattr(self.kernel, "clone") else self.kernel
+        k.set_args(*(b.handle for b in buffers))
+        queue = self.device.queue
+        return functools.partial(cl.enqueue_nd_range_kernel, queue, k, global_size, local_size)
+
+
+class OpenCLDevice(Device):
+    def __init__(self, name: str = "opencl"):
+        cl = _cl()
+        found = discover()
+        usable = [(n, d) for n, d, why in found if why is None]
+        if name == "opencl":
+            if not usable:
+                reasons = "; ".join(f"{n}: {why}" for n, _, why in found)
+                raise DeviceError(f"no usable OpenCL device ({reasons}); use device='cpu' or install a driver")
+            gpus = [(n, d) for n, d in usable if d.type & cl.device_type.GPU]
+            name, dev = (gpus or usable)[0]
+        else:
+            match = [(n, d, why) for n, d, why in found if n == name]
+            if not match:
+                raise DeviceError(f"unknown device {name!r}; `plait devices` lists {[n for n, _, _ in found]}")
+            if match[0][2]:
+                raise DeviceError(f"{name} is present but unusable: {match[0][2]}")
+            dev = match[0][1]
+        self.name = name
+        self.dev = dev
+        self.ctx = cl.Context([dev])
+        self.queue = cl.CommandQueue(self.ctx)
+        self.renderer = OpenCLRenderer()
+        self.allocator = CLAllocator(self)
+        self._programs: dict[str, CLProgram] = {}
+        self.info = DeviceInfo(
+            "opencl", dev.name.strip(), dev.max_compute_units, dev.global_mem_size,
+            driver=f"{dev.platform.name.strip()} {dev.driver_version}",
+            extra={"platform": dev.platform.version, "local_mem": dev.local_mem_size, "gpu": bool(dev.type & cl.device_type.GPU)},
+        )
+
+    def compile(self, source: str, kernel_name: str) -> Program:
+        key = cache.key_of("opencl", self.info.name, self.info.driver, source)
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self._programs[key] = CLProgram(self, getattr(self._build(key, source), kernel_name))
+        return prog
+
+    def _build(self, key: str, source: str) -> Any:
+        cl = _cl()
+        binary = cache.get("opencl", key)
+        if binary is not None:
+            try:
+                return cl.Program(self.ctx, [self.dev], [binary]).build()
+            except cl.Error:
+                pass  # stale or foreign binary: rebuild from source below
+        try:
+            prog = cl.Program(self.ctx, source).build()
+        except cl.Error as e:
+            raise CompileError(f"{self.name}: the OpenCL compiler rejected a kernel:\n{str(e)[-4000:]}\n--- source ---\n{source[:4000]}") from e
+        bins = prog.get_info(cl.program_info.BINARIES)
+        if bins and bins[0]:
+            cache.put("opencl", key, bytes(bins[0]))
+        return prog
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+
+def warn_unusable() -> None:
+    for name, _, why in discover():
+        if why:
+            warnings.warn(f"plait: skipping {name}: {why}", stacklevel=2)

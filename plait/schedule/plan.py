@@ -1,0 +1,135 @@
+"""Compiled plans: kernels with buffers bound in advance. `Plan.__call__` replays them with no graph work."""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from plait import settings
+from plait.codegen import gemm
+from plait.codegen.cstyle import RenderedKernel
+from plait.errors import PlaitError
+from plait.graph.node import Node
+from plait.graph.ops import OPS
+from plait.runtime import get_device
+from plait.runtime.base import Buffer, Device
+from plait.schedule.scheduler import Item, schedule
+
+
+def render(device: Device, item: Item) -> RenderedKernel:
+    r = device.renderer
+    if item.kind == "gemm":
+        assert item.gemm is not None
+        from plait.tune import knobs_for
+
+        knobs = knobs_for(device, "gemm", item.gemm)
+        return gemm.render_c(item.gemm, knobs) if r.dialect == "c" else gemm.render_opencl(item.gemm, knobs)
+    if item.kind in ("custom", "contract"):
+        kernel = OPS[item.out.op].kernel
+        assert kernel is not None
+        return kernel(r, item.out, item.inputs)
+    if item.kind == "reduce":
+        return r.render_reduce(item.out, item.out, item.inputs)
+    return r.render_elementwise(item.out, item.out, item.inputs)
+
+
+def _dump(kernel: RenderedKernel) -> None:
+    level = settings.get("PLAIT_DEBUG")
+    if level:
+        print(f"plait: kernel {kernel.name} global={kernel.global_size} local={kernel.local_size}", file=sys.stderr)
+    if level >= 2:
+        print(kernel.source, file=sys.stderr)
+    dump_dir = settings.get("PLAIT_DUMP_DIR")
+    if dump_dir:
+        path = Path(dump_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / f"{kernel.name}.src").write_text(kernel.source)
+
+
+def _alloc(device: Device, node: Node) -> Buffer:
+    buf = device.allocator.alloc(node.size * node.dtype.itemsize)
+    return buf
+
+
+class Plan:
+    """Kernels for `outputs`, compiled and bound. Leaves are existing buffers or `input` placeholder nodes whose
+    buffers the plan owns; call it with arrays for the inputs and get arrays for the outputs."""
+
+    def __init__(self, outputs: list[Node], inputs: list[Node] | None = None):
+        if not outputs:
+            raise PlaitError("a plan needs at least one output")
+        self.device = get_device(outputs[0].device)
+        self.inputs = list(inputs or [])
+        self.outputs = outputs
+        self.buffers: dict[int, Buffer] = {}
+        for node in self.inputs:
+            self.buffers[node.uid] = _alloc(self.device, node)
+        self.items = schedule(outputs, self.device.renderer.__dict__.get("split_parts", 256 if self.device.renderer.dialect == "opencl" else 16))
+        self.kernels: list[RenderedKernel] = []
+        self.launches: list[Any] = []
+        for item in self.items:
+            if item.kind == "alias":
+                self.buffers[item.out.uid] = self._buffer_of(item.inputs[0])
+                continue
+            out_buf = self.buffers[item.out.uid] = _alloc(self.device, item.out)
+            if item.out.size == 0:
+                continue
+            k = render(self.device, item)
+            _dump(k)
+            prog = self.device.compile(k.source, k.name)
+            bufs = [out_buf] + [self._buffer_of(n) for n in item.inputs]
+            self.kernels.append(k)
+            self.launches.append(prog.bind(bufs, k.global_size, k.local_size))
+
+    def _buffer_of(self, node: Node) -> Buffer:
+        if node.buffer is not None:
+            return node.buffer
+        return self.buffers[node.uid]
+
+    def run(self) -> None:
+        for launch in self.launches:
+            launch()
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        if len(arrays) != len(self.inputs):
+            raise PlaitError(f"plan expects {len(self.inputs)} inputs, got {len(arrays)}")
+        for node, arr in zip(self.inputs, arrays, strict=True):
+            if tuple(arr.shape) != node.shape:
+                raise PlaitError(f"plan input has shape {tuple(arr.shape)}, expected {node.shape}")
+            self.device.allocator.copy_in(self.buffers[node.uid], np.ascontiguousarray(arr, dtype=node.dtype.np))
+        self.run()
+        return [read(self.device, self._buffer_of(n), n) for n in self.outputs]
+
+
+def read(device: Device, buf: Buffer, node: Node) -> np.ndarray:
+    out = np.empty(node.shape, dtype=node.dtype.np)
+    if node.size:
+        device.allocator.copy_out(buf, out)
+    return out
+
+
+def attach(node: Node, buf: Buffer) -> None:
+    """Make `node` hold `buf`; the memory returns to its allocator's pool when the Buffer object dies."""
+    node.set_buffer(buf)
+    if not buf.managed:
+        buf.managed = True
+        weakref.finalize(buf, buf.device.allocator.free, buf.nbytes, buf.handle)
+
+
+def realize(nodes: list[Node]) -> None:
+    """Compute `nodes` (lazy graph -> kernels -> run) and turn each into a leaf holding its buffer."""
+    pending = [n for n in nodes if not n.realized]
+    if not pending:
+        return
+    by_device: dict[str, list[Node]] = {}
+    for n in pending:
+        by_device.setdefault(n.device, []).append(n)
+    for group in by_device.values():
+        plan = Plan(group)
+        plan.run()
+        for item in plan.items:
+            attach(item.out, plan.buffers[item.out.uid])

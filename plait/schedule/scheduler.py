@@ -1,0 +1,161 @@
+"""Fusion decisions. Every node in `realize` gets a buffer and a kernel; everything else is inlined into the
+kernels that read it (elementwise chains, movement ops, the input expression of a reduction)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from plait.codegen.expr import strides_of
+from plait.codegen.gemm import GemmSpec
+from plait.graph.node import Node, toposort
+from plait.graph.ops import OPS, kind
+from plait.graph.ops.reduce import reduce
+
+MAX_INLINE_COST = 160  # beyond this a shared subexpression is cheaper to store than to recompute
+SHARED_INLINE_COST = 12
+
+
+@dataclass
+class Item:
+    """One kernel: it writes `out` and reads `inputs` (buffers). `gemm` is set for matrix products."""
+
+    out: Node
+    inputs: list[Node]
+    kind: str
+    gemm: GemmSpec | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _split_reductions(order: list[Node], parts: int) -> bool:
+    changed = False
+    for node in order:
+        if not node.op.startswith("r") or node.op not in ("rsum", "rmax", "rmin", "rprod"):
+            continue
+        src = node.srcs[0]
+        red = math.prod(src.shape[a] for a in node.arg)
+        if node.size > 64 or red < 32768:
+            continue
+        p = min(parts, red // 256)
+        op = node.op[1:]
+        part = Node("rsplit", (src,), (op, node.arg, p), node.shape + (p,), node.dtype, node.device)
+        stage2 = reduce(op, part, (len(part.shape) - 1,))
+        node.op, node.srcs, node.arg = "reshape", (stage2,), node.shape
+        changed = True
+    return changed
+
+
+def strided_view(node: Node, realize: set[int]) -> tuple[Node, int, tuple[int, ...]] | None:
+    """(root, offset, strides) when node is a strided view of a buffer root, else None."""
+    if node.realized or node.uid in realize or kind(node) != "movement":
+        return node, 0, strides_of(node.shape)
+    sub = strided_view(node.srcs[0], realize)
+    if sub is None:
+        return None
+    root, off, st = sub
+    src = node.srcs[0]
+    if node.op == "permute":
+        return root, off, tuple(st[p] for p in node.arg)
+    if node.op == "expand":
+        return root, off, tuple(0 if a != b else s for a, b, s in zip(src.shape, node.shape, st, strict=True))
+    if node.op == "shrink":
+        off += sum(a * s for (a, _, _), s in zip(node.arg, st, strict=True))
+        return root, off, tuple(s * t for (_, _, t), s in zip(node.arg, st, strict=True))
+    if node.op == "reshape":
+        kept = [(d, s) for d, s in zip(src.shape, st, strict=True) if d != 1]
+        if [d for d, _ in kept] == [d for d in node.shape if d != 1]:
+            it = iter(s for _, s in kept)
+            return root, off, tuple(next(it) if d != 1 else 0 for d in node.shape)
+        if st == strides_of(src.shape):
+            return root, off, strides_of(node.shape)
+    return None
+
+
+def _gemm_operand(x: Node, realize: set[int]) -> tuple[Node, tuple[int, int, int, int]] | None:
+    view = strided_view(x, realize)
+    if view is None:
+        return None
+    root, off, st = view
+    batch_shape, batch_st = x.shape[:-2], st[:-2]
+    dims = [(d, s) for d, s in zip(batch_shape, batch_st, strict=True) if d != 1]
+    for (d0, s0), (d1, s1) in zip(dims, dims[1:]):
+        if s0 != d1 * s1:
+            return None
+    bstride = dims[-1][1] if dims else 0
+    return root, (off, bstride, st[-2], st[-1])
+
+
+def schedule(outputs: list[Node], split_parts: int) -> list[Item]:
+    order = toposort(outputs)
+    if _split_reductions(order, split_parts):
+        order = toposort(outputs)
+    realize: set[int] = {n.uid for n in outputs}
+    users: dict[int, int] = {}
+    for n in order:
+        for s in n.srcs:
+            users[s.uid] = users.get(s.uid, 0) + 1
+    cost: dict[int, int] = {}
+    gemm_ops: dict[int, tuple[Node, Node, tuple[int, int, int, int], tuple[int, int, int, int]]] = {}
+    for n in order:
+        k = kind(n)
+        if k in ("reduce", "matmul", "contract", "custom"):
+            realize.add(n.uid)
+        if k == "custom":
+            realize.update(s.uid for s in n.srcs if not s.realized)
+        c = OPS[n.op].cost if k == "elementwise" else 0
+        c += sum(cost.get(s.uid, 0) for s in n.srcs if s.uid not in realize)
+        cost[n.uid] = c
+        if k == "elementwise" and (c > MAX_INLINE_COST or (users.get(n.uid, 0) > 1 and c > SHARED_INLINE_COST)):
+            realize.add(n.uid)
+        if n.op == "expand" and cost.get(n.srcs[0].uid, 0) > 2 and n.srcs[0].uid not in realize:
+            realize.add(n.srcs[0].uid)
+    for n in order:
+        if n.op == "matmul":
+            ops = []
+            for x in n.srcs:
+                got = _gemm_operand(x, realize)
+                if got is None:
+                    realize.add(x.uid)
+                    got = _gemm_operand(x, realize)
+                assert got is not None
+                root, view = got
+                if not root.realized:
+                    realize.add(root.uid)
+                ops.append((root, view))
+            gemm_ops[n.uid] = (ops[0][0], ops[1][0], ops[0][1], ops[1][1])
+    items: list[Item] = []
+    for n in order:
+        if n.uid not in realize:
+            continue
+        if n.op == "matmul":
+            a, b, av, bv = gemm_ops[n.uid]
+            m, kk, nn = n.srcs[0].shape[-2], n.srcs[0].shape[-1], n.shape[-1]
+            spec = GemmSpec(math.prod(n.shape[:-2]), m, nn, kk, av, bv)
+            items.append(Item(n, [a, b], "gemm", gemm=spec))
+            continue
+        if n.op == "reshape" and (n.srcs[0].realized or n.srcs[0].uid in realize):
+            items.append(Item(n, [n.srcs[0]], "alias"))  # a contiguous buffer viewed in another shape: no copy
+            continue
+        inputs = _boundary(n.srcs, realize)
+        k = kind(n)
+        items.append(Item(n, inputs, k if k in ("reduce", "custom", "contract") else "elementwise"))
+    return items
+
+
+def _boundary(srcs: tuple[Node, ...], realize: set[int]) -> list[Node]:
+    """The buffers an inlined expression reads, in first-visit order (deterministic argument order)."""
+    out: list[Node] = []
+    seen: set[int] = set()
+    stack = list(reversed(srcs))
+    while stack:
+        n = stack.pop()
+        if n.uid in seen:
+            continue
+        seen.add(n.uid)
+        if n.realized or n.uid in realize:
+            out.append(n)
+        elif n.op != "const":
+            stack.extend(reversed(n.srcs))
+    return out
+

@@ -1,0 +1,96 @@
+"""Kernel knobs: the tuned winner per (device, kernel signature) from the tuning cache, else a heuristic.
+
+`tune_gemm` times a bounded set of candidates on the device and remembers the fastest in the cache file
+(one JSON file per device under the cache dir), so later plans pick it up with no search.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from typing import Any
+
+from plait.runtime import cache
+from plait.runtime.base import Device
+
+_memo: dict[str, dict[str, Any]] = {}
+
+
+def _db_key(device: Device) -> str:
+    return cache.key_of("tune", device.info.kind, device.info.name, device.info.driver)
+
+
+def _db(device: Device) -> dict[str, Any]:
+    key = _db_key(device)
+    if key not in _memo:
+        raw = cache.get("tune", key)
+        try:
+            _memo[key] = json.loads(raw) if raw else {}
+        except ValueError:
+            _memo[key] = {}
+    return _memo[key]
+
+
+def _sig(kind: str, spec: Any) -> str:
+    return f"{kind}:{json.dumps(asdict(spec), sort_keys=True)}"
+
+
+def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
+    if kind == "gemm" and device.renderer.dialect == "opencl":
+        if spec.m * spec.n < 64 * 64 * 32:
+            return {"TSM": 32, "TSN": 32, "TSK": 16, "WPTM": 2, "WPTN": 2}
+    return {}
+
+
+def knobs_for(device: Device, kind: str, spec: Any) -> dict[str, int]:
+    return _db(device).get(_sig(kind, spec)) or _heuristic(device, kind, spec)
+
+
+GEMM_CANDIDATES = {
+    "c": [{"MR": 8, "NR": 32}, {"MR": 12, "NR": 32}, {"MR": 6, "NR": 64}, {"MR": 4, "NR": 64}, {"MR": 14, "NR": 32, "KC": 384}],
+    "opencl": [
+        {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 4, "WPTN": 4},
+        {"TSM": 128, "TSN": 128, "TSK": 16, "WPTM": 8, "WPTN": 8},
+        {"TSM": 64, "TSN": 128, "TSK": 16, "WPTM": 4, "WPTN": 8},
+        {"TSM": 32, "TSN": 32, "TSK": 16, "WPTM": 2, "WPTN": 2},
+    ],
+}
+
+
+def tune_gemm(device: Device, spec: Any, budget_s: float = 20.0) -> dict[str, int]:
+    """Time each candidate GEMM configuration for `spec` (within `budget_s`) and cache the fastest."""
+    from plait.codegen import gemm
+
+    render = gemm.render_c if device.renderer.dialect == "c" else gemm.render_opencl
+    a = device.allocator.alloc(4 * (spec.a[0] + spec.batch * max(spec.a[1], 1) * spec.m * spec.k + spec.m * spec.k))
+    b = device.allocator.alloc(4 * (spec.b[0] + spec.batch * max(spec.b[1], 1) * spec.k * spec.n + spec.k * spec.n))
+    c = device.allocator.alloc(4 * spec.batch * spec.m * spec.n)
+    best: tuple[float, dict[str, int]] | None = None
+    start = time.perf_counter()
+    for knobs in GEMM_CANDIDATES[device.renderer.dialect]:
+        if time.perf_counter() - start > budget_s:
+            break
+        k = render(spec, knobs)
+        try:
+            launch = device.compile(k.source, k.name).bind([c, a, b], k.global_size, k.local_size)
+        except Exception:  # noqa: BLE001 - a candidate the device rejects (too much local memory...) is skipped
+            continue
+        launch()
+        device.synchronize()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            launch()
+            device.synchronize()
+            times.append(time.perf_counter() - t0)
+        t = sorted(times)[len(times) // 2]
+        if best is None or t < best[0]:
+            best = (t, knobs)
+    for buf in (a, b, c):
+        device.allocator.free(buf.nbytes, buf.handle)
+    chosen = best[1] if best else {}
+    db = _db(device)
+    db[_sig("gemm", spec)] = chosen
+    cache.put("tune", _db_key(device), json.dumps(db, sort_keys=True).encode())
+    return chosen
