@@ -1,0 +1,32 @@
+"""Shared fixtures: `device` runs a test once per usable device ('cpu', each working OpenCL device).
+
+PLAIT_TEST_DEVICES (comma-separated) narrows the list, e.g. to run the suite on a GPU only.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings as hyp_settings
+
+from plait import settings
+from plait.runtime.discovery import usable_devices
+
+hyp_settings.register_profile("plait", max_examples=settings.get("PLAIT_HYPOTHESIS_EXAMPLES"), deadline=None)
+hyp_settings.load_profile("plait")
+
+
+def _devices() -> list[str]:
+    chosen = os.environ.get("PLAIT_TEST_DEVICES")
+    if chosen:
+        return [d.strip() for d in chosen.split(",") if d.strip()]
+    return usable_devices()
+
+
+DEVICES = _devices()
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> str:
+    return str(request.param)

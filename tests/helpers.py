@@ -1,0 +1,86 @@
+"""One helper to check an op forward and backward against PyTorch (or NumPy) on a device.
+
+    check_op(lambda x, y: x * y, [(3, 4), (4,)], device)                  # same function, both frameworks
+    check_op(lambda x: x.relu(), [(5,)], device, torch_fn=torch.relu)      # a different spelling in torch
+
+Inputs are random arrays of the given shapes (or the arrays themselves). Forward outputs and, for float inputs,
+gradients of sum(out * random weights) are compared with a per-dtype tolerance from TOLERANCE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+import plait
+
+TOLERANCE = {  # dtype -> (rtol, atol)
+    "float32": (1e-4, 1e-5),
+    "float16": (1e-2, 1e-2),
+    "int32": (0, 0),
+    "int64": (0, 0),
+    "bool": (0, 0),
+}
+
+
+def rand(shape: Sequence[int], dtype: str = "float32", seed: int = 0, low: float = -2.0, high: float = 2.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) > 0.5
+    if dtype.startswith("int"):
+        return rng.integers(int(low) * 5, int(high) * 5 + 1, size=shape).astype(dtype)
+    return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, dtype: str, what: str, tol_scale: float = 1.0) -> None:
+    rtol, atol = TOLERANCE[dtype]
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != reference {want.shape}"
+    if dtype in ("int32", "int64", "bool"):
+        np.testing.assert_array_equal(got, want, err_msg=what)
+    else:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol * tol_scale, atol=atol * tol_scale, err_msg=what)
+
+
+def check_op(
+    fn: Callable[..., Any],
+    inputs: Sequence[Sequence[int] | np.ndarray],
+    device: str,
+    torch_fn: Callable[..., Any] | None = None,
+    dtype: str = "float32",
+    grad: bool = True,
+    tol_scale: float = 1.0,
+    low: float = -2.0,
+    high: float = 2.0,
+) -> None:
+    arrays = [x if isinstance(x, np.ndarray) else rand(x, dtype, seed=i, low=low, high=high) for i, x in enumerate(inputs)]
+    floats = [a.dtype.kind == "f" for a in arrays]
+    ts = [plait.tensor(a, device=device, requires_grad=grad and f) for a, f in zip(arrays, floats)]
+    tt = [torch.tensor(a, requires_grad=grad and f) for a, f in zip(arrays, floats)]
+    out = fn(*ts)
+    ref = (torch_fn or fn)(*tt)
+    outs, refs = (list(out), list(ref)) if isinstance(out, (list, tuple)) else ([out], [ref])
+    out_dtype = str(refs[0].dtype).replace("torch.", "")
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        assert_close(o.numpy(), r.detach().numpy(), out_dtype if out_dtype in TOLERANCE else dtype, f"forward output {i} on {device}", tol_scale)
+    if not (grad and any(floats) and refs[0].dtype.is_floating_point):
+        return
+    weights = [rand(r.shape, "float32", seed=100 + i) for i, r in enumerate(refs)]
+    loss_p = None
+    loss_t = None
+    for o, r, w in zip(outs, refs, weights):
+        lp = (o * plait.tensor(w, device=device)).sum()
+        lt = (r * torch.tensor(w)).sum()
+        loss_p = lp if loss_p is None else loss_p + lp
+        loss_t = lt if loss_t is None else loss_t + lt
+    assert loss_p is not None and loss_t is not None
+    loss_p.backward()
+    loss_t.backward()
+    for i, (p, t) in enumerate(zip(ts, tt)):
+        if t.grad is None:
+            continue
+        assert p.grad is not None, f"input {i} got no gradient on {device}"
+        assert_close(p.grad.numpy(), t.grad.numpy(), dtype, f"gradient of input {i} on {device}", tol_scale * 10)
