@@ -18,6 +18,7 @@ from plait.errors import (
     UnsupportedError,
 )
 from plait.frontends.native.tensor import Tensor, cat, concatenate, matmul, maximum, minimum, stack, tensor, where
+from plait.frontends.native.jit import jit
 from plait.graph.autodiff import no_grad
 from plait.runtime import default_device
 
@@ -33,6 +34,6 @@ def devices() -> list[dict[str, object]]:
 
 __all__ = [
     "CompileError", "DTypeError", "DeviceError", "PlaitError", "ShapeError", "Tensor", "TileError", "UnsupportedError",
-    "bool_", "cat", "concatenate", "default_device", "devices", "dtypes", "float16", "float32", "int32", "int64",
+    "bool_", "cat", "concatenate", "default_device", "devices", "dtypes", "float16", "float32", "int32", "int64", "jit",
     "matmul", "maximum", "minimum", "no_grad", "stack", "tensor", "where",
 ]

@@ -25,8 +25,14 @@ class CRenderer(CStyleRenderer):
     def declare(self, name: str, params: list[str]) -> str:
         return f"void {name}({', '.join(params)})"
 
-    def parallel_for(self, var: str, n: int, body: list[str], idx_t: str, work: int) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
-        pragma = ["#pragma omp parallel for schedule(static)"] if work >= self.parallel_threshold and n > 1 else []
+    def parallel_for(
+        self, var: str, n: int, body: list[str], idx_t: str, work: int, simd_ok: bool = False
+    ) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+        simd = " simd" if simd_ok else ""
+        if work >= self.parallel_threshold and n > 1:
+            pragma = [f"#pragma omp parallel for{simd} schedule(static)"]
+        else:
+            pragma = ["#pragma omp simd"] if simd else []
         return [*pragma, f"for ({idx_t} {var} = 0; {var} < {n}; {var}++) {{", *("  " + ln for ln in body), "}"], (n,), None
 
     def reduce_loop(self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str) -> list[str]:

@@ -87,7 +87,10 @@ class CStyleRenderer:
     def declare(self, name: str, params: list[str]) -> str:
         raise NotImplementedError
 
-    def parallel_for(self, var: str, n: int, body: list[str], idx_t: str, work: int) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+    def parallel_for(
+        self, var: str, n: int, body: list[str], idx_t: str, work: int, simd_ok: bool = False
+    ) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+        """Loop `var` over n outputs in parallel; simd_ok says iterations are independent (elementwise)."""
         raise NotImplementedError
 
     def reduce_loop(self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str) -> list[str]:
@@ -121,7 +124,7 @@ class CStyleRenderer:
         b = ExprBuilder(self, names, idx_t)
         v = b.value(root, Idx(root.shape, linear="gid"))
         b.lines.append(self.store(out.dtype, "b0", "gid", v))
-        lines, gs, ls = self.parallel_for("gid", out.size, b.lines, idx_t, out.size * max(1, len(b.lines)))
+        lines, gs, ls = self.parallel_for("gid", out.size, b.lines, idx_t, out.size * max(1, len(b.lines)), True)
         return self._finish("E", out, params, lines, gs, ls)
 
     def render_reduce(self, out: Node, root: Node, inputs: list[Node]) -> RenderedKernel:

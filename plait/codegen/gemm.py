@@ -27,7 +27,7 @@ class GemmSpec:
         return 2 * self.batch * self.m * self.n * self.k
 
 
-C_DEFAULT = {"MR": 8, "NR": 32, "KC": 256, "VW": 16}
+C_DEFAULT = {"MR": 6, "NR": 64, "KC": 256, "VW": 16}
 CL_DEFAULT = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 4, "WPTN": 4}
 
 
@@ -37,8 +37,55 @@ def _finish(kind: str, spec: GemmSpec, src: str, gs: tuple[int, ...], ls: tuple[
     return RenderedKernel(name, src.replace("KERNEL_NAME", name), gs, ls)
 
 
+def _render_c_small(spec: GemmSpec) -> RenderedKernel:
+    """Few rows (a batch-1 linear layer): stream B once with no packing, as dot products along a contiguous k
+    (B = W^T of a row-major weight) or as row updates along a contiguous n."""
+    ao, sab, sam, sak = spec.a
+    bo, sbb, sbk, sbn = spec.b
+    m, n, k = spec.m, spec.n, spec.k
+    if sbk == 1:
+        body = f"""#pragma omp parallel for schedule(static)
+    for (int j = 0; j < {n}; j++) {{
+      const float* bj = b + (long)j * {sbn};
+      for (int i = 0; i < {m}; i++) {{
+        const float* ai = a + (long)i * {sam};
+        float acc = 0.0f;
+#pragma omp simd reduction(+:acc)
+        for (int p = 0; p < {k}; p++) acc += ai[(long)p * {sak}] * bj[p];
+        c[(long)i * {n} + j] = acc;
+      }}
+    }}"""
+    else:
+        body = f"""#pragma omp parallel for schedule(static)
+    for (int j0 = 0; j0 < {n}; j0 += 256) {{
+      int j1 = j0 + 256 < {n} ? j0 + 256 : {n};
+      for (int i = 0; i < {m}; i++) {{
+        float acc[256] = {{0}};
+        for (int p = 0; p < {k}; p++) {{
+          float av = a[(long)i * {sam} + (long)p * {sak}];
+          const float* bp = b + (long)p * {sbk};
+#pragma omp simd
+          for (int j = j0; j < j1; j++) acc[j - j0] += av * bp[(long)j * {sbn}];
+        }}
+        for (int j = j0; j < j1; j++) c[(long)i * {n} + j] = acc[j - j0];
+      }}
+    }}"""
+    src = f"""void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B) {{
+  for (long bz = 0; bz < {spec.batch}; bz++) {{
+    const float* a = A + {ao} + bz * {sab}L;
+    const float* b = B + {bo} + bz * {sbb}L;
+    float* c = C + bz * {m * n}L;
+    {body}
+  }}
+}}
+"""
+    return _finish("GEMV", spec, src, (1,), None)
+
+
 def render_c(spec: GemmSpec, knobs: dict[str, int] | None = None) -> RenderedKernel:
     kn = {**C_DEFAULT, **(knobs or {})}
+    if spec.m <= kn.get("SMALL_M", 4):
+        return _render_c_small(spec)
     mr, nr, kc, vw = kn["MR"], kn["NR"], kn["KC"], kn["VW"]
     nv = nr // vw
     ao, sab, sam, sak = spec.a

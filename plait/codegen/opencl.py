@@ -37,7 +37,9 @@ class OpenCLRenderer(CStyleRenderer):
     def declare(self, name: str, params: list[str]) -> str:
         return f"__kernel void {name}({', '.join(params)})"
 
-    def parallel_for(self, var: str, n: int, body: list[str], idx_t: str, work: int) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+    def parallel_for(
+        self, var: str, n: int, body: list[str], idx_t: str, work: int, simd_ok: bool = False
+    ) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
         ls = min(self.local_size, max(1, n))
         gs = -(-n // ls) * ls
         head = [f"{idx_t} {var} = get_global_id(0);"]

@@ -26,7 +26,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if settings.get("PLAIT_NUM_THREADS"):
     os.environ.setdefault("OMP_NUM_THREADS", str(settings.get("PLAIT_NUM_THREADS")))
 
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=fast", "-lm"]
+# -fno-math-errno plus glibc's __FAST_MATH__ declarations let loops call libmvec's vector exp/tanh/...; unlike
+# -ffast-math this keeps IEEE semantics for inf and NaN, which reductions and padding rely on.
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=fast", "-fno-math-errno",
+         "-D__FAST_MATH__"]
+LIBS = ["-lmvec", "-lm"]
 
 
 def find_compiler() -> str:
@@ -85,7 +89,7 @@ class CPUDevice(Device):
         self.info = DeviceInfo("cpu", _cpu_name(), cores, mem, driver=_cc_version(self.cc))
 
     def compile(self, source: str, kernel_name: str) -> Program:
-        key = cache.key_of("cpu", self.info.driver, " ".join(FLAGS), source)
+        key = cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), source)
         prog = self._programs.get(key)
         if prog is None:
             lib = self._load(key, source)
@@ -114,7 +118,7 @@ class CPUDevice(Device):
         with tempfile.TemporaryDirectory(prefix="plait-cc-") as tmp:
             src, out = Path(tmp) / "k.c", Path(tmp) / "k.so"
             src.write_text(source)
-            res = subprocess.run([self.cc, *FLAGS, str(src), "-o", str(out)], capture_output=True, text=True)
+            res = subprocess.run([self.cc, *FLAGS, str(src), "-o", str(out), *LIBS], capture_output=True, text=True)
             if res.returncode != 0:
                 raise CompileError(f"cpu: {self.cc} failed to build a kernel:\n{res.stderr[-4000:]}\n--- source ---\n{source[:4000]}")
             return out.read_bytes()

@@ -1,0 +1,1 @@
+"""The cross-framework benchmark behind `plait bench`."""

@@ -1,0 +1,89 @@
+"""The `plait` command: devices, run (ONNX models), bench, tune.
+
+Errors that are the user's to fix (a bad flag, an unknown model, a missing file) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from plait.errors import PlaitError
+
+
+def _devices(args: argparse.Namespace) -> int:
+    from plait.runtime.discovery import list_devices
+
+    rows = list_devices(measure=not args.no_measure)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from plait.runtime import default_device
+
+    default = default_device()
+    for r in rows:
+        if r["usable"]:
+            mark = " (default)" if r["name"] == default else ""
+            peak = f", peak {r['peak_gflops']} GFLOP/s, {r['peak_gbps']} GB/s" if "peak_gflops" in r else ""
+            print(f"{r['name']}{mark}: {r['kind']} | {r['device']} | {r['compute_units']} compute units, "
+                  f"{r['memory_gib']} GiB{peak} | {r['driver']}")
+        else:
+            print(f"{r['name']}: UNUSABLE - {r['reason']}")
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from plait.codegen.gemm import GemmSpec
+    from plait.runtime import get_device
+    from plait.tune import tune_gemm
+
+    dev = get_device(args.device or _default())
+    for n in args.sizes:
+        spec = GemmSpec(1, n, n, n, (0, 0, n, 1), (0, 0, n, 1))
+        print(f"{dev.name}: gemm {n}x{n}x{n} -> {tune_gemm(dev, spec)}")
+    return 0
+
+
+def _default() -> str:
+    from plait.runtime import default_device
+
+    return default_device()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="plait", description="plait: a portable deep-learning compiler and runtime")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("devices", help="list devices, usable or not (with the reason), with a measured peak")
+    d.add_argument("--json", action="store_true", help="print JSON")
+    d.add_argument("--no-measure", action="store_true", help="skip the peak GFLOP/s and GB/s measurement")
+    d.set_defaults(fn=_devices)
+    t = sub.add_parser("tune", help="search GEMM knobs on a device and cache the winners")
+    t.add_argument("--device", default=None)
+    t.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024])
+    t.set_defaults(fn=_tune)
+    from plait.bench.cli import add_parser as add_bench
+
+    add_bench(sub)
+    try:
+        from plait.onnx.cli import add_parser as add_run
+    except ImportError:
+        pass
+    else:
+        add_run(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except PlaitError as e:
+        print(f"plait {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
