@@ -1,0 +1,768 @@
+"""Neural-network functions on plait.Tensor with torch.nn.functional's names, signatures and defaults.
+
+Every function builds lazy graph nodes, so forward and backward compile into fused kernels like any other
+plait code. Convolution is im2col (pad + strided shrink views) feeding one GEMM; pooling is strided views plus
+a reduction; lookups go through the gather/scatter-add ops in plait.graph.ops.indexing.
+
+>>> import plait, plait.nn.functional as F
+>>> x = plait.tensor([[-1.0, 2.0]], device="cpu")
+>>> F.relu(x).numpy().tolist()
+[[0.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from plait import dtypes
+from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
+from plait.frontends.native.tensor import Tensor, cat, stack, where
+from plait.graph.autodiff import no_grad
+from plait.graph.ops import indexing
+
+IntPair = int | Sequence[int]
+
+__all__ = [
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "batch_norm",
+    "binary_cross_entropy_with_logits",
+    "conv2d",
+    "cross_entropy",
+    "dropout",
+    "elu",
+    "embedding",
+    "flatten",
+    "gelu",
+    "group_norm",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
+    "interpolate",
+    "layer_norm",
+    "leaky_relu",
+    "linear",
+    "log_softmax",
+    "max_pool2d",
+    "mse_loss",
+    "nll_loss",
+    "one_hot",
+    "pad",
+    "relu",
+    "relu6",
+    "scaled_dot_product_attention",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "tanh",
+    "upsample",
+]
+
+
+def _pair(v: IntPair, name: str) -> tuple[int, int]:
+    if isinstance(v, int):
+        return v, v
+    t = tuple(int(a) for a in v)
+    if len(t) == 1:
+        return t[0], t[0]
+    if len(t) != 2:
+        raise ShapeError(f"{name}: expected an int or a pair, got {v!r}")
+    return t[0], t[1]
+
+
+def _need_float(x: Tensor, op: str) -> None:
+    if not x.dtype.is_float:
+        raise DTypeError(f"{op}: needs a floating-point input, got {x.dtype.name} with shape {x.shape}; cast it first")
+
+
+def _need_ndim(x: Tensor, ndims: Sequence[int], op: str, what: str) -> None:
+    if x.ndim not in ndims:
+        raise ShapeError(f"{op}: expected a {what} input, got shape {x.shape}")
+
+
+def _detached(fn: Any, *args: Any, **kw: Any) -> Tensor:
+    """Build `fn(...)` without recording history (a lazy stop-gradient; nothing is computed here)."""
+    with no_grad():
+        out: Tensor = fn(*args, **kw)
+    return out
+
+
+def stop_gradient(x: Tensor) -> Tensor:
+    """The same values as x, but backward does not flow through (lazy, unlike detach(), which computes x)."""
+    return _detached(lambda: x * 1.0)
+
+
+# ---------------------------------------------------------------- activations
+
+
+def relu(x: Tensor, inplace: bool = False) -> Tensor:
+    return x.relu()
+
+
+def relu6(x: Tensor, inplace: bool = False) -> Tensor:
+    return hardtanh(x, 0.0, 6.0)
+
+
+def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
+    # a select keeps torch's gradient convention at the edges (zero outside the open interval)
+    inside = (x > min_val) & (x < max_val)
+    return where(inside, x, where(x <= min_val, min_val, max_val).astype(x.dtype))
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    return where(x > 0, x, x * negative_slope)
+
+
+def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    return where(x > 0, x, (x.minimum(0.0).exp() - 1.0) * alpha)
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
+        return x * 0.5 * (inner.tanh() + 1.0)
+    if approximate != "none":
+        raise UnsupportedError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return x.sigmoid()
+
+
+def tanh(x: Tensor) -> Tensor:
+    return x.tanh()
+
+
+def silu(x: Tensor, inplace: bool = False) -> Tensor:
+    return x * x.sigmoid()
+
+
+def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
+    inside = (x > -3.0) & (x < 3.0)
+    return where(inside, x * (1.0 / 6.0) + 0.5, where(x <= -3.0, 0.0, 1.0).astype(x.dtype))
+
+
+def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
+    # torch's gradient: 0 below -3, 1 above 3, x/3 + 0.5 between (both edges belong to the outer pieces)
+    mid = x * (x + 3.0) * (1.0 / 6.0)
+    return where(x < -3.0, x * 0.0, where(x > 3.0, x, mid))
+
+
+def softmax(x: Tensor, dim: int = -1, dtype: Any = None) -> Tensor:
+    x = x.astype(dtype) if dtype is not None else x
+    _need_float(x, "softmax")
+    m = _detached(lambda: x.max(axis=dim, keepdims=True))
+    e = (x - m).exp()
+    return e / e.sum(axis=dim, keepdims=True)
+
+
+def log_softmax(x: Tensor, dim: int = -1, dtype: Any = None) -> Tensor:
+    x = x.astype(dtype) if dtype is not None else x
+    _need_float(x, "log_softmax")
+    m = _detached(lambda: x.max(axis=dim, keepdims=True))
+    s = x - m
+    return s - s.exp().sum(axis=dim, keepdims=True).log()
+
+
+# ---------------------------------------------------------------- linear and convolution
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y = x @ weight.T + bias, with weight of shape (out_features, in_features)."""
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(
+            f"linear: input shape {x.shape} does not match weight shape {weight.shape} "
+            f"(the input's last dim must equal in_features={weight.shape[-1] if weight.ndim else '?'})"
+        )
+    if x.dtype != weight.dtype:
+        raise DTypeError(f"linear: input dtype {x.dtype.name} differs from weight dtype {weight.dtype.name}; cast one")
+    lead = x.shape[:-1]
+    y = x.reshape(-1, x.shape[-1]) @ weight.T if x.ndim != 2 else x @ weight.T
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*lead, weight.shape[0]) if x.ndim != 2 else y
+
+
+def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
+    """torch.nn.functional.pad: `pad` lists (before, after) pairs starting from the LAST axis."""
+    if mode != "constant":
+        raise UnsupportedError(f"pad: mode {mode!r} is not supported (only 'constant')")
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ShapeError(f"pad: {list(pad)} must hold (before, after) pairs for at most {x.ndim} axes of {x.shape}")
+    pairs = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        pairs[x.ndim - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+    return x.pad(pairs, value)
+
+
+def _windows(
+    x: Tensor, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], out_hw: tuple[int, int]
+) -> list[Tensor]:
+    """The kh*kw strided views (N, C, OH, OW) of an already padded (N, C, H, W) input, row-major over the kernel."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
+    views = []
+    for i in range(kh):
+        for j in range(kw):
+            y0, x0 = i * dh, j * dw
+            views.append(x[:, :, y0 : y0 + (oh - 1) * sh + 1 : sh, x0 : x0 + (ow - 1) * sw + 1 : sw])
+    return views
+
+
+def _out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool = False) -> int:
+    span = size + 2 * p - d * (k - 1) - 1
+    if ceil_mode:
+        o = -(-span // s) + 1
+        if (o - 1) * s >= size + p:  # the last window must start inside the input or its left padding
+            o -= 1
+        return o
+    return span // s + 1
+
+
+def conv2d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntPair = 1,
+    padding: IntPair | str = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+) -> Tensor:
+    """2-D cross-correlation of an (N, C, H, W) input with a (Co, C/groups, kh, kw) weight, as im2col + GEMM."""
+    _need_ndim(x, (3, 4), "conv2d", "(N, C, H, W) or (C, H, W)")
+    if x.ndim == 3:
+        return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0)
+    if weight.ndim != 4:
+        raise ShapeError(f"conv2d: weight must be (out_channels, in_channels/groups, kh, kw), got {weight.shape}")
+    if x.dtype != weight.dtype:
+        raise DTypeError(f"conv2d: input dtype {x.dtype.name} differs from weight dtype {weight.dtype.name}; cast one")
+    n, c, h, w = x.shape
+    co, cg, kh, kw = weight.shape
+    if groups < 1 or c % groups or co % groups or cg * groups != c:
+        raise ShapeError(
+            f"conv2d: input with {c} channels (shape {x.shape}) does not fit weight {weight.shape} with groups={groups}"
+            f" (need in_channels == weight.shape[1] * groups and out_channels divisible by groups)"
+        )
+    (sh, sw), (dh, dw) = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            ph = pw = 0
+        elif padding == "same" and sh == sw == 1:
+            ph, pw = dh * (kh - 1) // 2, dw * (kw - 1) // 2
+            if (dh * (kh - 1)) % 2 or (dw * (kw - 1)) % 2:
+                raise UnsupportedError("conv2d: padding='same' with an even effective kernel size is not supported")
+        else:
+            raise UnsupportedError(f"conv2d: padding={padding!r} is not supported (use ints, 'valid' or 'same')")
+    else:
+        ph, pw = _pair(padding, "conv2d padding")
+    oh, ow = _out_size(h, kh, sh, ph, dh), _out_size(w, kw, sw, pw, dw)
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"conv2d: input {x.shape} is too small for kernel {(kh, kw)} with padding {(ph, pw)}")
+    g, k = groups, cg * kh * kw
+    wmat = weight.reshape(g, co // g, k)
+    if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
+        cols = x.reshape(n, g, cg, h * w).permute(1, 2, 0, 3).reshape(g, k, n * h * w)
+    else:
+        xp = x.pad(((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
+        views = _windows(xp, (kh, kw), (sh, sw), (dh, dw), (oh, ow))
+        patches = stack(views, 2) if len(views) > 1 else views[0].unsqueeze(2)  # (N, C, kh*kw, OH, OW)
+        cols = patches.reshape(n, g, k, oh * ow).permute(1, 2, 0, 3).reshape(g, k, n * oh * ow)
+    out = (wmat @ cols).reshape(co, n, oh, ow).permute(1, 0, 2, 3)
+    if bias is not None:
+        out = out + bias.reshape(co, 1, 1)
+    return out
+
+
+# ---------------------------------------------------------------- pooling
+
+
+def max_pool2d(
+    x: Tensor,
+    kernel_size: IntPair,
+    stride: IntPair | None = None,
+    padding: IntPair = 0,
+    dilation: IntPair = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Tensor:
+    if return_indices:
+        raise UnsupportedError("max_pool2d: return_indices=True is not supported")
+    return _pool(x, "max", kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def avg_pool2d(
+    x: Tensor,
+    kernel_size: IntPair,
+    stride: IntPair | None = None,
+    padding: IntPair = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
+    if divisor_override is not None:
+        return _pool(x, "sum", kernel_size, stride, padding, 1, ceil_mode, True) / float(divisor_override)
+    return _pool(x, "avg", kernel_size, stride, padding, 1, ceil_mode, count_include_pad)
+
+
+def _pool(
+    x: Tensor,
+    op: str,
+    kernel_size: IntPair,
+    stride: IntPair | None,
+    padding: IntPair,
+    dilation: IntPair,
+    ceil_mode: bool,
+    count_include_pad: bool,
+) -> Tensor:
+    _need_ndim(x, (3, 4), f"{op}_pool2d", "(N, C, H, W) or (C, H, W)")
+    if x.ndim == 3:
+        return _pool(x.unsqueeze(0), op, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad).squeeze(
+            0
+        )
+    kh, kw = _pair(kernel_size, "pool kernel_size")
+    sh, sw = _pair(stride if stride is not None and stride != [] else (kh, kw), "pool stride")
+    ph, pw = _pair(padding, "pool padding")
+    dh, dw = _pair(dilation, "pool dilation")
+    if ph > kh // 2 or pw > kw // 2:
+        raise ShapeError(f"pool2d: padding {(ph, pw)} must be at most half the kernel size {(kh, kw)}")
+    n, c, h, w = x.shape
+    oh, ow = _out_size(h, kh, sh, ph, dh, ceil_mode), _out_size(w, kw, sw, pw, dw, ceil_mode)
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"pool2d: input {x.shape} is too small for kernel {(kh, kw)}")
+    # pad enough on the far side for ceil_mode windows; those extra cells never count towards an average
+    eh = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + 2 * ph))
+    ew = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))
+    fill = -math.inf if op == "max" else 0.0
+    xp = x.pad(((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)), fill) if ph or pw or eh or ew else x
+    views = _windows(xp, (kh, kw), (sh, sw), (dh, dw), (oh, ow))
+    win = stack(views, -1) if len(views) > 1 else views[0].unsqueeze(-1)
+    if op == "max":
+        return win.max(axis=-1)
+    total = win.sum(axis=-1)
+    if op == "sum":
+        return total
+    if count_include_pad and not (eh or ew):
+        return total / float(kh * kw)
+    return total / _pool_counts(h, w, (kh, kw), (sh, sw), (ph, pw), (oh, ow), count_include_pad, x)
+
+
+def _pool_counts(
+    h: int,
+    w: int,
+    k: tuple[int, int],
+    s: tuple[int, int],
+    p: tuple[int, int],
+    o: tuple[int, int],
+    incl: bool,
+    like: Tensor,
+) -> Tensor:
+    """Per-output divisor of an average pool (torch: padding counts when count_include_pad, ceil overhang never)."""
+
+    def axis(size: int, kk: int, ss: int, pp: int, oo: int) -> np.ndarray:
+        start = np.arange(oo) * ss - pp
+        end = np.minimum(start + kk, size + pp)
+        if not incl:
+            return np.minimum(end, size) - np.maximum(start, 0)
+        return end - start
+
+    counts = np.outer(axis(h, k[0], s[0], p[0], o[0]), axis(w, k[1], s[1], p[1], o[1])).astype(like.dtype.np)
+    return Tensor.from_numpy(counts, device=like.device)
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size: IntPair) -> Tensor:
+    _need_ndim(x, (3, 4), "adaptive_avg_pool2d", "(N, C, H, W) or (C, H, W)")
+    if x.ndim == 3:
+        return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0)
+    n, c, h, w = x.shape
+    oh, ow = _pair(
+        tuple(h if v is None else v for v in output_size) if not isinstance(output_size, int) else output_size,
+        "adaptive_avg_pool2d output_size",
+    )  # type: ignore[union-attr]
+    if (oh, ow) == (1, 1):
+        return x.mean(axis=(2, 3), keepdims=True)
+    if h % oh == 0 and w % ow == 0:
+        return x.reshape(n, c, oh, h // oh, ow, w // ow).mean(axis=(3, 5))
+    # uneven windows: average with a (OH, H) and a (W, OW) matrix, which also gives the exact gradient
+    return _separable(x, _adaptive_matrix(h, oh), _adaptive_matrix(w, ow))
+
+
+def _adaptive_matrix(size: int, out: int) -> np.ndarray:
+    m = np.zeros((out, size), dtype=np.float32)
+    for i in range(out):
+        a, b = (i * size) // out, -(-((i + 1) * size) // out)
+        m[i, a:b] = 1.0 / (b - a)
+    return m
+
+
+def _separable(x: Tensor, rows: np.ndarray, cols: np.ndarray) -> Tensor:
+    """rows @ x @ cols.T over the last two axes of an (N, C, H, W) tensor (resampling by constant matrices)."""
+    n, c, h, w = x.shape
+    rt = Tensor.from_numpy(rows.astype(x.dtype.np), device=x.device)
+    ct = Tensor.from_numpy(np.ascontiguousarray(cols.T).astype(x.dtype.np), device=x.device)
+    y = x.reshape(n * c * h, w) @ ct  # (N*C*H, OW)
+    y = y.reshape(n * c, h, cols.shape[0])
+    return (rt.expand(n * c, rows.shape[0], h) @ y).reshape(n, c, rows.shape[0], cols.shape[0])
+
+
+def _interp_matrix(size: int, out: int, mode: str, align_corners: bool | None, scale: float | None) -> np.ndarray:
+    m = np.zeros((out, size), dtype=np.float32)
+    dst = np.arange(out, dtype=np.float64)
+    ratio = (1.0 / scale) if scale is not None else size / out
+    if mode == "nearest":
+        src = np.minimum(np.floor(dst * ratio).astype(np.int64), size - 1)
+        m[np.arange(out), src] = 1.0
+        return m
+    if align_corners:
+        pos = dst * ((size - 1) / (out - 1)) if out > 1 else np.zeros(out)
+    else:
+        pos = np.maximum((dst + 0.5) * ratio - 0.5, 0.0)
+    i0 = np.minimum(np.floor(pos).astype(np.int64), size - 1)
+    i1 = np.minimum(i0 + 1, size - 1)
+    frac = (pos - i0).astype(np.float32)
+    np.add.at(m, (np.arange(out), i0), 1.0 - frac)
+    np.add.at(m, (np.arange(out), i1), frac)
+    return m
+
+
+def interpolate(
+    x: Tensor,
+    size: IntPair | None = None,
+    scale_factor: float | Sequence[float] | None = None,
+    mode: str = "nearest",
+    align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+) -> Tensor:
+    """Resize an (N, C, H, W) tensor with mode 'nearest' or 'bilinear' (torch's coordinate conventions)."""
+    _need_ndim(x, (4,), "interpolate", "(N, C, H, W)")
+    if mode not in ("nearest", "bilinear"):
+        raise UnsupportedError(f"interpolate: mode {mode!r} is not supported (use 'nearest' or 'bilinear')")
+    if (size is None) == (scale_factor is None):
+        raise PlaitError("interpolate: give exactly one of size and scale_factor")
+    h, w = x.shape[2:]
+    if size is not None:
+        oh, ow = _pair(size, "interpolate size")
+        sc: tuple[float | None, float | None] = (None, None)
+    else:
+        assert scale_factor is not None
+        fh, fw = (scale_factor, scale_factor) if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
+        oh, ow = int(math.floor(h * fh)), int(math.floor(w * fw))
+        sc = (None, None) if recompute_scale_factor else (float(fh), float(fw))
+    if mode == "nearest" and oh % h == 0 and ow % w == 0 and (size is not None or sc == (oh / h, ow / w)):
+        n, c = x.shape[:2]
+        return x.reshape(n, c, h, 1, w, 1).expand(n, c, h, oh // h, w, ow // w).reshape(n, c, oh, ow)
+    rows = _interp_matrix(h, oh, mode, align_corners, sc[0])
+    cols = _interp_matrix(w, ow, mode, align_corners, sc[1])
+    return _separable(x, rows, cols)
+
+
+upsample = interpolate
+
+
+def flatten(x: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    return x.flatten(start_dim, end_dim)
+
+
+# ---------------------------------------------------------------- normalisation
+
+
+def batch_norm(
+    x: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch norm over axis 1. In training, batch statistics are used; the running statistics are NOT updated
+    here (torch updates them in place): nn.BatchNorm2d does that with `batch_norm_stats`."""
+    out, _, _ = batch_norm_stats(x, running_mean, running_var, weight, bias, training, eps)
+    return out
+
+
+def batch_norm_stats(
+    x: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    training: bool,
+    eps: float,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(output, batch mean, unbiased batch variance); the statistics are None in eval mode."""
+    if x.ndim < 2:
+        raise ShapeError(f"batch_norm: expected an (N, C, ...) input, got shape {x.shape}")
+    _need_float(x, "batch_norm")
+    c = x.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
+        if t is not None and t.shape != (c,):
+            raise ShapeError(f"batch_norm: {name} has shape {t.shape}, expected ({c},) for input {x.shape}")
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    axes = (0, *range(2, x.ndim))
+    if training or running_mean is None or running_var is None:
+        count = x.numel() // c
+        if count <= 1:
+            raise ShapeError(f"batch_norm: training needs more than one value per channel, got input shape {x.shape}")
+        mean = x.mean(axis=axes, keepdims=True)
+        d = x - mean
+        var = (d * d).mean(axis=axes, keepdims=True)
+        xhat = d * (var + eps).sqrt().reciprocal()
+        stats: tuple[Tensor | None, Tensor | None] = (
+            mean.reshape(c),
+            var.reshape(c) * (count / (count - 1)),
+        )
+    else:
+        xhat = (x - running_mean.reshape(*bshape)) * (running_var.reshape(*bshape) + eps).sqrt().reciprocal()
+        stats = (None, None)
+    if weight is not None:
+        xhat = xhat * weight.reshape(*bshape)
+    if bias is not None:
+        xhat = xhat + bias.reshape(*bshape)
+    return xhat, stats[0], stats[1]
+
+
+def layer_norm(
+    x: Tensor,
+    normalized_shape: Sequence[int] | int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    shp = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.ndim - len(shp) :]) != shp:
+        raise ShapeError(f"layer_norm: input shape {x.shape} does not end with normalized_shape {shp}")
+    _need_float(x, "layer_norm")
+    axes = tuple(range(x.ndim - len(shp), x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    d = x - mean
+    out = d * ((d * d).mean(axis=axes, keepdims=True) + eps).sqrt().reciprocal()
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def group_norm(
+    x: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
+    if x.ndim < 2 or x.shape[1] % num_groups:
+        raise ShapeError(f"group_norm: {num_groups} groups do not divide the channels of input shape {x.shape}")
+    n, c = x.shape[:2]
+    g = x.reshape(n, num_groups, -1)
+    mean = g.mean(axis=2, keepdims=True)
+    d = g - mean
+    out = (d * ((d * d).mean(axis=2, keepdims=True) + eps).sqrt().reciprocal()).reshape(*x.shape)
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        out = out * weight.reshape(*bshape)
+    if bias is not None:
+        out = out + bias.reshape(*bshape)
+    return out
+
+
+# ---------------------------------------------------------------- dropout and lookups
+
+_DROPOUT_RNG = [np.random.default_rng(0)]
+
+
+def manual_seed(seed: int) -> None:
+    """Seed dropout masks (and plait.nn's weight initialisation): the same seed gives the same masks."""
+    _DROPOUT_RNG[0] = np.random.default_rng(seed)
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False, seed: int | None = None) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1/(1-p). The mask comes from a seeded NumPy
+    generator (`manual_seed`, or `seed` for a one-off), so runs are reproducible."""
+    if not 0.0 <= p <= 1.0:
+        raise PlaitError(f"dropout: probability p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    rng = np.random.default_rng(seed) if seed is not None else _DROPOUT_RNG[0]
+    keep = (rng.random(x.shape) >= p).astype(x.dtype.np) * np.asarray(1.0 / (1.0 - p), dtype=x.dtype.np)
+    return x * Tensor.from_numpy(keep, device=x.device)
+
+
+def embedding(
+    input: Tensor, weight: Tensor, padding_idx: int | None = None, max_norm: float | None = None, **_: Any
+) -> Tensor:
+    """Rows of `weight` (num_embeddings, dim) picked by an integer tensor of any shape; out shape input.shape + (dim,).
+    The gradient is a scatter-add into the table (rows at padding_idx get none)."""
+    if max_norm is not None:
+        raise UnsupportedError("embedding: max_norm is not supported")
+    if input.dtype not in (dtypes.int32, dtypes.int64):
+        raise DTypeError(f"embedding: indices must be int32 or int64, got {input.dtype.name} with shape {input.shape}")
+    if weight.ndim != 2:
+        raise ShapeError(f"embedding: weight must be (num_embeddings, embedding_dim), got {weight.shape}")
+    v = weight.shape[0]
+    if input.node.realized and input.numel():
+        idx = input.numpy()
+        if idx.min() < 0 or idx.max() >= v:
+            raise ShapeError(
+                f"embedding: index {int(idx.min()) if idx.min() < 0 else int(idx.max())} is out of range for {v} embeddings"
+            )
+    flat = input.reshape(-1)
+    rows = Tensor(indexing.gather_rows(weight.node, flat.node))
+    if padding_idx is not None:
+        pad_i = padding_idx % v
+        keep = (flat != pad_i).unsqueeze(1).expand(*rows.shape)
+        rows = where(keep, rows, stop_gradient(rows))
+    return rows.reshape(*input.shape, weight.shape[1])
+
+
+def one_hot(t: Tensor, num_classes: int) -> Tensor:
+    """int64 one-hot encoding along a new last axis, as an elementwise compare (no gather needed)."""
+    classes = Tensor.arange(num_classes, device=t.device)
+    return (t.unsqueeze(-1).astype(dtypes.int64) == classes).astype(dtypes.int64)
+
+
+# ---------------------------------------------------------------- attention
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Tensor:
+    """softmax(q @ k^T * scale + mask) @ v over (..., L, E) / (..., S, E) / (..., S, Ev). A bool mask keeps True."""
+    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+        raise ShapeError(f"scaled_dot_product_attention: q {query.shape}, k {key.shape}, v {value.shape} do not agree")
+    ql, kl = query.shape[-2], key.shape[-2]
+    s = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    scores = (query @ key.transpose(-2, -1)) * s
+    if is_causal:
+        causal = np.tril(np.ones((ql, kl), dtype=bool))
+        scores = where(Tensor.from_numpy(causal, device=query.device), scores, -math.inf)
+    if attn_mask is not None:
+        if attn_mask.dtype == dtypes.bool_:
+            scores = where(attn_mask, scores, -math.inf)
+        else:
+            scores = scores + attn_mask
+    attn = softmax(scores, -1)
+    if dropout_p > 0.0:
+        attn = dropout(attn, dropout_p)
+    return attn @ value
+
+
+# ---------------------------------------------------------------- losses
+
+
+def _reduce_loss(loss: Tensor, reduction: str, op: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise PlaitError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _class_last(x: Tensor) -> Tensor:
+    """(N, C, d1, ...) -> (N, d1, ..., C): move the class axis last so targets line up with the leading axes."""
+    return x if x.ndim <= 2 else x.permute(0, *range(2, x.ndim), 1)
+
+
+def nll_loss(
+    input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
+) -> Tensor:
+    """Negative log-likelihood of log-probabilities (N, C[, d...]) at integer targets (N[, d...])."""
+    return _nll(input, target, weight, ignore_index, reduction, 0.0, "nll_loss")
+
+
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """log_softmax over axis 1 followed by the NLL of integer class targets (or of class probabilities)."""
+    if input.ndim < 1:
+        raise ShapeError("cross_entropy: input must have a class axis")
+    logp = log_softmax(input, 1 if input.ndim > 1 else 0)
+    if target.dtype.is_float:
+        if target.shape != input.shape:
+            raise ShapeError(f"cross_entropy: probability targets {target.shape} must match input {input.shape}")
+        c = input.shape[1 if input.ndim > 1 else 0]
+        t = target * (1.0 - label_smoothing) + label_smoothing / c if label_smoothing else target
+        w = weight.reshape(c, *([1] * (input.ndim - 2))) if weight is not None and input.ndim > 1 else weight
+        per = -((logp * w if w is not None else logp) * t).sum(axis=1 if input.ndim > 1 else 0)
+        if reduction == "mean":
+            return per.sum() / float(per.numel() if per.ndim else 1)
+        return _reduce_loss(per, reduction, "cross_entropy")
+    return _nll(logp, target, weight, ignore_index, reduction, label_smoothing, "cross_entropy")
+
+
+def _nll(
+    logp: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int, reduction: str, smoothing: float, op: str
+) -> Tensor:
+    if target.dtype not in (dtypes.int32, dtypes.int64):
+        raise DTypeError(f"{op}: class targets must be int64, got {target.dtype.name}")
+    squeeze = logp.ndim == 1
+    if squeeze:
+        logp, target = logp.unsqueeze(0), target.reshape(1)
+    expect = (logp.shape[0], *logp.shape[2:])
+    if tuple(target.shape) != expect:
+        raise ShapeError(f"{op}: input {logp.shape} needs target shape {expect}, got {target.shape}")
+    c = logp.shape[1]
+    lp = _class_last(logp)  # (..., C)
+    hot = one_hot(target, c).astype(lp.dtype)  # ignored targets (e.g. -100) match no class: an all-zero row
+    valid = (target != ignore_index).astype(lp.dtype)
+    w_hot = hot * weight if weight is not None else hot
+    picked = -(lp * w_hot).sum(axis=-1)  # weight[t] * -logp[t]
+    wt = (hot * weight).sum(axis=-1) * valid if weight is not None else valid
+    loss = picked * valid
+    if smoothing:
+        w_all = lp * weight if weight is not None else lp
+        smooth = -w_all.sum(axis=-1) * valid / float(c)
+        loss = loss * (1.0 - smoothing) + smooth * smoothing
+    if reduction == "mean":
+        out = loss.sum() / wt.sum()
+    else:
+        out = _reduce_loss(loss, reduction, op)
+    return out.reshape(()) if squeeze and reduction == "none" else out
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    if input.shape != target.shape:
+        raise ShapeError(f"mse_loss: input shape {input.shape} differs from target shape {target.shape}")
+    d = input - target
+    return _reduce_loss(d * d, reduction, "mse_loss")
+
+
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
+    """Numerically stable BCE on logits: (1 - t) * x + (1 + (pw - 1) * t) * softplus(-x)."""
+    if input.shape != target.shape:
+        raise ShapeError(f"binary_cross_entropy_with_logits: input {input.shape} and target {target.shape} differ")
+    # softplus(-x) = max(-x, 0) + log(1 + exp(-|x|))
+    sp = (-input).maximum(0.0) + ((-input.abs()).exp() + 1.0).log()
+    if pos_weight is not None:
+        loss = (1.0 - target) * input + (1.0 + (pos_weight - 1.0) * target) * sp
+    else:
+        loss = (1.0 - target) * input + sp
+    if weight is not None:
+        loss = loss * weight
+    return _reduce_loss(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+def concat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    return cat(tensors, dim)
