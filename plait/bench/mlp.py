@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ def run_mlp(device: str, batch: int = 64, sizes: tuple[int, ...] = (784, 1024, 1
     import plait
 
     rng = np.random.default_rng(0)
-    ws = [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in zip(sizes, sizes[1:])]
+    ws = [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in itertools.pairwise(sizes)]
     bs = [rng.standard_normal(b).astype(np.float32) * 0.1 for b in sizes[1:]]
     x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
 
@@ -42,7 +43,7 @@ def run_mlp(device: str, batch: int = 64, sizes: tuple[int, ...] = (784, 1024, 1
         raise PlaitError(f"mlp on {device}: output differs from NumPy (relative error {err:.2e}); not timing it")
     t_plait = measure(lambda: f(x), iters=iters)
     t_numpy = measure(lambda: ref(x), iters=iters)
-    flops = 2 * batch * sum(a * b for a, b in zip(sizes, sizes[1:]))
+    flops = 2 * batch * sum(a * b for a, b in itertools.pairwise(sizes))
     return {
         "model": f"mlp{'-'.join(map(str, sizes))}", "batch": batch, "device": device, "max_rel_err": err,
         "plait_ms": t_plait["median_ms"], "numpy_ms": t_numpy["median_ms"],

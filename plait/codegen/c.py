@@ -35,7 +35,10 @@ class CRenderer(CStyleRenderer):
             pragma = ["#pragma omp simd"] if simd else []
         return [*pragma, f"for ({idx_t} {var} = 0; {var} < {n}; {var}++) {{", *("  " + ln for ln in body), "}"], (n,), None
 
-    def reduce_loop(self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str) -> list[str]:
+    def reduce_loop(
+        self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str, nan_flag: bool = False
+    ) -> list[str]:
         simd = {"sum": "+", "prod": "*", "max": "max", "min": "min"}.get(op)
-        pragma = [f"#pragma omp simd reduction({simd}:{acc})"] if simd else []
-        return [*pragma, *super().reduce_loop(var, lo, hi, step, body, idx_t, acc, op)]
+        flag = " reduction(|:nanf)" if nan_flag else ""
+        pragma = [f"#pragma omp simd reduction({simd}:{acc}){flag}"] if simd else []
+        return [*pragma, *super().reduce_loop(var, lo, hi, step, body, idx_t, acc, op, nan_flag)]

@@ -34,6 +34,14 @@ class CStyleRenderer:
     fn_names: dict[str, str] = {}
     interleaved_split = False  # partial reductions: contiguous chunks (CPU caches) or strided (GPU coalescing)
     preamble = ""
+    helper_qualifier = "static inline"  # how a helper function in a kernel's source is declared
+    # integer power by squaring in unsigned arithmetic (wraps like NumPy instead of signed-overflow UB); a negative
+    # exponent truncates 1/a**-b toward zero
+    ipow_helper = (
+        "{q} long plait_ipow(long a, long b) {{ if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;"
+        " unsigned long r = 1, x = (unsigned long)a; while (b) {{ if (b & 1) r *= x; x *= x; b >>= 1; }}"
+        " return (long)r; }}\n"
+    )
 
     # ---------------------------------------------------------------- types and values
 
@@ -93,7 +101,10 @@ class CStyleRenderer:
         """Loop `var` over n outputs in parallel; simd_ok says iterations are independent (elementwise)."""
         raise NotImplementedError
 
-    def reduce_loop(self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str) -> list[str]:
+    def reduce_loop(
+        self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str, nan_flag: bool = False
+    ) -> list[str]:
+        """A sequential loop accumulating into `acc` with `op`; `nan_flag`: the body also or's into int `nanf`."""
         return [f"for ({idx_t} {var} = {lo}; {var} < {hi}; {var} += {step}) {{", *body, "}"]
 
     # ---------------------------------------------------------------- kernels
@@ -112,7 +123,8 @@ class CStyleRenderer:
         body = "\n".join("  " + ln for ln in lines)
         digest = hashlib.sha256(("\n".join(params) + body).encode()).hexdigest()[:10]
         name = f"{kind}_{'x'.join(map(str, out.shape)) or 's'}_{digest}"
-        src = f"{self.preamble}{self.declare(name, params)} {{\n{body}\n}}\n"
+        helpers = self.ipow_helper.format(q=self.helper_qualifier) if "plait_ipow(" in body else ""
+        src = f"{self.preamble}{helpers}{self.declare(name, params)} {{\n{body}\n}}\n"
         return RenderedKernel(name, src, gs, ls)
 
     def idx_type(self, *sizes: int) -> str:
@@ -152,13 +164,13 @@ class CStyleRenderer:
         ocs = b.coords(Idx(keep, linear=o))
         ct = self.compute_type(src.dtype)
         is_arg = op in ("argmax", "argmin")
-        init = self.literal(_IDENTITY["max" if op == "argmax" else "min" if op == "argmin" else op], src.dtype)
-        if not src.dtype.is_float and op in ("max", "min", "argmax", "argmin"):
-            lim = 2**63 - 1 if src.dtype == dtypes.int64 else 2**31 - 1
-            init = self.literal(-lim - 1 if op in ("max", "argmax") else lim, src.dtype)
-        lines.append(f"{ct} acc = {init};")
+        # NaN propagates through float max/min as in NumPy: a flag or'ed over the loop (a vectorised max drops NaN)
+        nan_flag = src.dtype.is_float and op in ("max", "min")
+        lines.append(f"{ct} acc = {self.literal(_reduce_init(op, src.dtype), src.dtype)};")
         if is_arg:
             lines.append("long acci = 0;")
+        if nan_flag:
+            lines.append("int nanf = 0;")
         if split > 1:
             chunk = -(-total // split)
             lo, hi, step = (p, str(total), str(split)) if self.interleaved_split else (f"{p} * {chunk}", f"({p} * {chunk} + {chunk} < {total} ? {p} * {chunk} + {chunk} : {total})", "1")
@@ -173,14 +185,28 @@ class CStyleRenderer:
         v = b.value(src, Idx(src.shape, coords=full))
         if is_arg:
             cmp = ">" if op == "argmax" else "<"
-            inner.append(f"if ({v} {cmp} acc) {{ acc = {v}; acci = r; }}")
+            # the first NaN wins, like NumPy (once acc is NaN no comparison succeeds)
+            nan = f" || ({v} != {v} && acc == acc)" if src.dtype.is_float else ""
+            inner.append(f"if ({v} {cmp} acc{nan}) {{ acc = {v}; acci = r; }}")
         else:
             inner.append("acc = " + _combine(op, "acc", v) + ";")
+        if nan_flag:
+            inner.append(f"nanf |= {v} != {v};")
         b.lines, b.cache = saved_lines, saved_cache
-        lines.extend(self.reduce_loop("r", lo, hi, step, inner, idx_t, "acc", "" if is_arg else op))
+        lines.extend(self.reduce_loop("r", lo, hi, step, inner, idx_t, "acc", "" if is_arg else op, nan_flag))
+        if nan_flag:
+            lines.append("if (nanf) acc = NAN;")
         lines.append(self.store(out.dtype, "b0", "gid", "acci" if is_arg else "acc"))
         body, gs, ls = self.parallel_for("gid", out.size, lines, idx_t, out.size * max(1, total // split))
         return self._finish("R", out, params, body, gs, ls)
+
+
+def _reduce_init(op: str, dt: DType) -> Any:
+    """The identity of a reduction in dtype `dt` (integers have no infinities: their extreme values instead)."""
+    if op in ("max", "argmax", "min", "argmin") and not dt.is_float:
+        lim = 2**63 - 1 if dt == dtypes.int64 else 2**31 - 1
+        return -lim - 1 if op in ("max", "argmax") else lim
+    return _IDENTITY["max" if op == "argmax" else "min" if op == "argmin" else op]
 
 
 def _combine(op: str, a: str, v: str) -> str:

@@ -11,6 +11,7 @@ class OpenCLRenderer(CStyleRenderer):
     dialect = "opencl"
     storage_types = {"float32": "float", "float16": "half", "int32": "int", "int64": "long", "bool": "uchar"}
     interleaved_split = True
+    helper_qualifier = "inline"
     local_size = 256
     preamble = (
         "inline float plait_round_half(float x) { ushort h; vstore_half(x, 0, (half*)&h);"
