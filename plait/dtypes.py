@@ -71,4 +71,13 @@ def from_numpy_dtype(npd: np.dtype) -> DType:
 
 
 def promote(a: DType, b: DType) -> DType:
-    return a if a.rank >= b.rank else b
+    """The result dtype of combining two tensors, as NumPy does it (then narrowed to plait's dtypes).
+
+    bool < int32 < int64 < float16 < float32, except that an integer with float16 gives float32: NumPy promotes
+    int32/int64 with float16 to float64 (float16 cannot hold their range), which plait narrows to float32.
+    PyTorch would answer float16 there; Python scalars follow PyTorch instead (see Tensor._binary).
+    """
+    hi, lo = (a, b) if a.rank >= b.rank else (b, a)
+    if hi == float16 and lo.is_int:
+        return float32
+    return hi

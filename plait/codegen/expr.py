@@ -150,7 +150,8 @@ class ExprBuilder:
     def _pad(self, node: Node, cs: list[str]) -> str:
         pads, fill = node.arg
         src = node.srcs[0]
-        conds, new = [], []
+        conds: list[str] = []
+        new: list[str] = []
         for c, (before, _), s in zip(cs, pads, src.shape, strict=True):
             if before == 0 and s == node.shape[len(new)]:
                 new.append(c)

@@ -25,7 +25,7 @@ class Node:
         self.device = device
         self.buffer: Any = None
         self.uid = next(_ids)
-        self.rg = GRAD_MODE[0] and any(s.rg for s in srcs)  # part of a graph that autograd will walk
+        self.rg: bool = GRAD_MODE[0] and any(s.rg for s in srcs)  # part of a graph that autograd will walk
 
     @property
     def size(self) -> int:

@@ -106,7 +106,7 @@ class Plan:
 
 
 def read(device: Device, buf: Buffer, node: Node) -> np.ndarray:
-    out = np.empty(node.shape, dtype=node.dtype.np)
+    out: np.ndarray = np.empty(node.shape, dtype=node.dtype.np)
     if node.size:
         device.allocator.copy_out(buf, out)
     return out

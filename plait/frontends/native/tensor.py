@@ -18,7 +18,7 @@ import numpy as np
 
 from plait import dtypes
 from plait.dtypes import DType
-from plait.errors import DeviceError, PlaitError, ShapeError
+from plait.errors import DeviceError, DTypeError, PlaitError, ShapeError
 from plait.graph import autodiff
 from plait.graph.node import Node
 from plait.graph.ops import elementwise as ew
@@ -44,13 +44,17 @@ def _norm_axes(axis: int | Sequence[int] | None, ndim: int, op: str) -> tuple[in
     return tuple(out)
 
 
-def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+def broadcast_shape(*shapes: tuple[int, ...], op: str = "broadcast") -> tuple[int, ...]:
+    """The NumPy broadcast of `shapes` (axes aligned from the right; each pair equal or one of them 1)."""
     nd = max(len(s) for s in shapes)
     out = []
     for i in range(nd):
         dims = {s[len(s) - nd + i] for s in shapes if len(s) - nd + i >= 0} - {1}
         if len(dims) > 1:
-            raise ShapeError(f"shapes {' and '.join(map(str, shapes))} cannot be broadcast together")
+            raise ShapeError(
+                f"{op}: shapes {' and '.join(map(str, shapes))} cannot be broadcast together (axis {i - nd} has sizes"
+                f" {sorted(dims)}; aligned from the right, sizes must match or be 1): reshape or slice an operand"
+            )
         out.append(dims.pop() if dims else 1)
     return tuple(out)
 
@@ -58,7 +62,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 class Tensor:
     """A lazily evaluated n-dimensional array on one device."""
 
-    __slots__ = ("node", "grad", "__weakref__")
+    __slots__ = ("__weakref__", "grad", "node")
 
     def __init__(self, node: Node):
         self.node = node
@@ -83,8 +87,20 @@ class Tensor:
         return t
 
     @staticmethod
-    def full(shape: Sequence[int], value: Scalar, dtype: Any = None, device: str | None = None) -> Tensor:
-        dt = dtypes.to_dtype(dtype) if dtype is not None else (dtypes.float32 if isinstance(value, float) else dtypes.bool_ if isinstance(value, bool) else dtypes.int64 if isinstance(value, int) else dtypes.float32)
+    def full(shape: Sequence[builtins.int], value: Scalar, dtype: Any = None, device: str | None = None) -> Tensor:
+        dt = (
+            dtypes.to_dtype(dtype)
+            if dtype is not None
+            else (
+                dtypes.float32
+                if isinstance(value, float)
+                else dtypes.bool_
+                if isinstance(value, bool)
+                else dtypes.int64
+                if isinstance(value, int)
+                else dtypes.float32
+            )
+        )
         dev = canonical(device) if device else default_device()
         return Tensor(ew.const(value, tuple(int(s) for s in shape), dt, dev))
 
@@ -97,7 +113,13 @@ class Tensor:
         return Tensor.full(_shape_args(shape), 1, dtype, device)
 
     @staticmethod
-    def arange(start: int, stop: int | None = None, step: int = 1, dtype: Any = "int64", device: str | None = None) -> Tensor:
+    def arange(
+        start: builtins.int,
+        stop: builtins.int | None = None,
+        step: builtins.int = 1,
+        dtype: Any = "int64",
+        device: str | None = None,
+    ) -> Tensor:
         if stop is None:
             start, stop = 0, start
         return Tensor.from_numpy(np.arange(start, stop, step), dtype=dtype, device=device)
@@ -105,7 +127,7 @@ class Tensor:
     # ---------------------------------------------------------------- properties
 
     @property
-    def shape(self) -> tuple[int, ...]:
+    def shape(self) -> tuple[builtins.int, ...]:
         return self.node.shape
 
     @property
@@ -137,7 +159,7 @@ class Tensor:
     def numel(self) -> int:
         return self.node.size
 
-    def size(self, dim: int | None = None) -> Any:
+    def size(self, dim: builtins.int | None = None) -> Any:
         return self.shape if dim is None else self.shape[dim]
 
     def __len__(self) -> int:
@@ -205,7 +227,9 @@ class Tensor:
             raise PlaitError("backward: this tensor does not require grad (no leaf with requires_grad=True feeds it)")
         if gradient is None:
             if self.node.size != 1:
-                raise ShapeError(f"backward on a non-scalar (shape {self.shape}) needs a gradient argument of that shape")
+                raise ShapeError(
+                    f"backward on a non-scalar (shape {self.shape}) needs a gradient argument of that shape"
+                )
             seed = ew.const(1.0, self.shape, self.dtype, self.device)
         else:
             if gradient.shape != self.shape:
@@ -239,26 +263,51 @@ class Tensor:
         elif isinstance(x, (np.ndarray, list, tuple)):
             return Tensor.from_numpy(np.asarray(x), device=self.device)
         else:
-            raise PlaitError(f"cannot combine a Tensor with {type(x).__name__}")
+            raise DTypeError(
+                f"cannot combine a Tensor of shape {self.shape} with a {type(x).__name__}; use a Tensor, array or number"
+            )
         return Tensor(ew.const(x, (), dt, self.device))
 
     def _binary(self, op: str, other: Any, reverse: bool = False) -> Tensor:
+        """Broadcast and promote, then apply `op`. Tensors and arrays promote as in NumPy (dtypes.promote); a Python
+        scalar is weak, as in PyTorch: it takes the tensor's dtype unless it is a float meeting an integer tensor.
+        Dividing integers gives float32 (PyTorch's true division); integer pow stays integer."""
         o = self._other(other)
         a, b = (o, self) if reverse else (self, o)
-        dt = dtypes.promote(a.dtype, b.dtype) if isinstance(other, Tensor) else self._scalar_dtype(o)
-        if op in ("div", "pow") and not dt.is_float:
+        strong = isinstance(other, (Tensor, np.ndarray, list, tuple))
+        dt = dtypes.promote(a.dtype, b.dtype) if strong else self._scalar_dtype(o)
+        if op == "div" and not dt.is_float:
             dt = dtypes.float32
         if op in ("logical_and", "logical_or"):
             dt = dtypes.bool_
-        shape = broadcast_shape(a.shape, b.shape)
+        if op == "sub" and dt == dtypes.bool_:
+            raise DTypeError(f"sub: subtracting bool tensors (shapes {a.shape}, {b.shape}) is undefined; use ^ or cast")
+        shape = broadcast_shape(a.shape, b.shape, op=op)
         return Tensor(ew.binary(op, a._prep(shape, dt), b._prep(shape, dt)))
+
+    def _bitwise(self, op: str, other: Any) -> Tensor:
+        """& | ^ are logical on bool tensors and bitwise on integer tensors (NumPy); floats are a DTypeError."""
+        o = self._other(other)
+        dt = (
+            dtypes.promote(self.dtype, o.dtype)
+            if isinstance(other, (Tensor, np.ndarray, list, tuple))
+            else self._scalar_dtype(o)
+        )
+        if dt.is_float:
+            raise DTypeError(
+                f"{op}: needs bool or integer tensors, got {self.dtype.name} {self.shape} and {o.dtype.name} {o.shape}"
+            )
+        if dt == dtypes.bool_:
+            op = {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "cmpne"}[op]
+        shape = broadcast_shape(self.shape, o.shape, op=op)
+        return Tensor(ew.binary(op, self._prep(shape, dt), o._prep(shape, dt)))
 
     def _scalar_dtype(self, o: Tensor) -> DType:
         if self.dtype == dtypes.bool_ or (o.dtype.is_float and not self.dtype.is_float):
             return o.dtype
         return self.dtype
 
-    def _prep(self, shape: tuple[int, ...], dt: DType) -> Node:
+    def _prep(self, shape: tuple[builtins.int, ...], dt: DType) -> Node:
         n = ew.cast(self.node, dt)
         if n.shape != shape:
             n = mv.reshape(n, (1,) * (len(shape) - len(n.shape)) + n.shape)
@@ -326,13 +375,23 @@ class Tensor:
         return self._binary("cmpne", o)
 
     def __and__(self, o: Any) -> Tensor:
-        return self._binary("logical_and", o)
+        return self._bitwise("bitwise_and", o)
+
+    __rand__ = __and__
 
     def __or__(self, o: Any) -> Tensor:
-        return self._binary("logical_or", o)
+        return self._bitwise("bitwise_or", o)
+
+    __ror__ = __or__
+
+    def __xor__(self, o: Any) -> Tensor:
+        return self._bitwise("bitwise_xor", o)
+
+    __rxor__ = __xor__
 
     def __invert__(self) -> Tensor:
-        return self.logical_not()
+        """Logical not on bool tensors, bitwise not on integers (NumPy's ~)."""
+        return Tensor(ew.unary("bitwise_not", self.node))
 
     def __matmul__(self, o: Tensor) -> Tensor:
         return self.matmul(o)
@@ -413,8 +472,8 @@ class Tensor:
     def _reduce(self, op: str, axis: Any, keepdims: bool) -> Tensor:
         axes = _norm_axes(axis, self.ndim, op)
         x = self
-        if op == "sum" and (x.dtype == dtypes.bool_ or x.dtype == dtypes.int32):
-            x = x.astype(dtypes.int64 if x.dtype == dtypes.bool_ else x.dtype)
+        if op in ("sum", "prod") and (x.dtype == dtypes.bool_ or x.dtype == dtypes.int32):
+            x = x.astype(dtypes.int64)  # NumPy and PyTorch sum and multiply small integers in int64
         if op in ("max", "min") and x.dtype == dtypes.bool_:
             x = x.astype(dtypes.int32)
         node = rd.reduce(op, x.node, axes) if self.ndim else x.node
@@ -441,16 +500,16 @@ class Tensor:
         x = self if self.dtype.is_float else self.float()
         return x.sum(axis, keepdims) / builtins.max(n, 1) if n else x.sum(axis, keepdims) * math.nan
 
-    def var(self, axis: Any = None, keepdims: bool = False, correction: int = 0) -> Tensor:
+    def var(self, axis: Any = None, keepdims: bool = False, correction: builtins.int = 0) -> Tensor:
         axes = _norm_axes(axis, self.ndim, "var")
         n = math.prod(self.shape[a] for a in axes)
         d = self - self.mean(axis, keepdims=True)
         return (d * d).sum(axis, keepdims) / builtins.max(n - correction, 1)
 
-    def std(self, axis: Any = None, keepdims: bool = False, correction: int = 0) -> Tensor:
+    def std(self, axis: Any = None, keepdims: bool = False, correction: builtins.int = 0) -> Tensor:
         return self.var(axis, keepdims, correction).sqrt()
 
-    def _arg(self, op: str, axis: int | None, keepdims: bool) -> Tensor:
+    def _arg(self, op: str, axis: builtins.int | None, keepdims: bool) -> Tensor:
         x = self if axis is not None else self.reshape(-1)
         ax = _norm_axes(axis if axis is not None else 0, x.ndim, op)[0]
         if x.dtype == dtypes.bool_:
@@ -462,10 +521,10 @@ class Tensor:
             node = mv.reshape(node, (1,) * self.ndim)
         return Tensor(node)
 
-    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    def argmax(self, axis: builtins.int | None = None, keepdims: bool = False) -> Tensor:
         return self._arg("argmax", axis, keepdims)
 
-    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    def argmin(self, axis: builtins.int | None = None, keepdims: bool = False) -> Tensor:
         return self._arg("argmin", axis, keepdims)
 
     # ---------------------------------------------------------------- movement
@@ -483,7 +542,7 @@ class Tensor:
 
     view = reshape
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: builtins.int = 0, end_dim: builtins.int = -1) -> Tensor:
         if self.ndim == 0:
             return self.reshape(1)
         s, e = start_dim % self.ndim, end_dim % self.ndim
@@ -495,7 +554,7 @@ class Tensor:
             raise ShapeError(f"permute: {p} does not name each of the {self.ndim} axes of shape {self.shape}")
         return Tensor(mv.permute(self.node, tuple(a % self.ndim for a in p)))
 
-    def transpose(self, a: int = -2, b: int = -1) -> Tensor:
+    def transpose(self, a: builtins.int = -2, b: builtins.int = -1) -> Tensor:
         if self.ndim < 2:
             return self
         perm = list(range(self.ndim))
@@ -516,21 +575,23 @@ class Tensor:
 
     broadcast_to = expand
 
-    def unsqueeze(self, dim: int) -> Tensor:
+    def unsqueeze(self, dim: builtins.int) -> Tensor:
         d = dim % (self.ndim + 1)
         return self.reshape(*self.shape[:d], 1, *self.shape[d:])
 
-    def squeeze(self, dim: int | None = None) -> Tensor:
+    def squeeze(self, dim: builtins.int | None = None) -> Tensor:
         if dim is None:
             return self.reshape(*(s for s in self.shape if s != 1))
         d = dim % self.ndim
         return self.reshape(*(s for i, s in enumerate(self.shape) if i != d or s != 1))
 
-    def pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Tensor:
+    def pad(self, pads: Sequence[tuple[builtins.int, builtins.int]], value: builtins.float = 0.0) -> Tensor:
         """Pad each axis by (before, after); negative amounts crop."""
         if len(pads) != self.ndim:
             raise ShapeError(f"pad: need {self.ndim} (before, after) pairs for shape {self.shape}, got {len(pads)}")
-        crop = tuple((builtins.max(-a, 0), s - builtins.max(-b, 0), 1) for (a, b), s in zip(pads, self.shape, strict=True))
+        crop = tuple(
+            (builtins.max(-a, 0), s - builtins.max(-b, 0), 1) for (a, b), s in zip(pads, self.shape, strict=True)
+        )
         node = mv.shrink(self.node, crop)
         return Tensor(mv.pad(node, tuple((builtins.max(a, 0), builtins.max(b, 0)) for a, b in pads), value))
 
@@ -543,7 +604,7 @@ class Tensor:
     def matmul(self, o: Tensor) -> Tensor:
         return matmul(self, o)
 
-    def split(self, sizes: int | Sequence[int], axis: int = 0) -> list[Tensor]:
+    def split(self, sizes: builtins.int | Sequence[builtins.int], axis: builtins.int = 0) -> list[Tensor]:
         ax = axis % self.ndim
         n = self.shape[ax]
         parts = [sizes] * (-(-n // sizes)) if isinstance(sizes, int) else list(sizes)
@@ -570,14 +631,17 @@ def _getitem(t: Tensor, key: Any) -> Tensor:
     if not isinstance(key, tuple):
         key = (key,)
     if any(isinstance(k, (Tensor, np.ndarray, list)) for k in key):
-        raise PlaitError("indexing with tensors or lists is not supported by [] yet; use plait.gather / nn.functional.embedding")
+        raise PlaitError(
+            "indexing with tensors or lists is not supported by [] yet; use plait.gather / nn.functional.embedding"
+        )
     n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
     if n_real > t.ndim:
         raise ShapeError(f"too many indices ({n_real}) for a tensor of shape {t.shape}")
     if Ellipsis in key:
         i = key.index(Ellipsis)
         key = key[:i] + (slice(None),) * (t.ndim - n_real) + key[i + 1 :]
-    key = key + (slice(None),) * (t.ndim - n_real)
+    else:
+        key = key + (slice(None),) * (t.ndim - n_real)
     box, flips, out_shape, dim = [], [], [], 0
     for k in key:
         if k is None:
@@ -639,7 +703,7 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     if not isinstance(b, Tensor) and isinstance(a, Tensor):
         tb = a._other(b)
     dt = dtypes.promote(ta.dtype, tb.dtype)
-    shape = broadcast_shape(c.shape, ta.shape, tb.shape)
+    shape = broadcast_shape(c.shape, ta.shape, tb.shape, op="where")
     return Tensor(ew.where(c._prep(shape, dtypes.bool_), ta._prep(shape, dt), tb._prep(shape, dt)))
 
 
@@ -658,7 +722,11 @@ def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     dt = tensors[0].dtype
     for t in tensors[1:]:
         dt = dtypes.promote(dt, t.dtype)
-    return Tensor(mv.cat([ew.cast(t.node, dt) for t in tensors if t.shape[ax] or len(tensors) == 1], ax))
+    nodes = [ew.cast(t.node, dt) for t in tensors]
+    full = mv.cat(nodes, ax)  # checks every part's shape, empty ones included
+    keep = [n for n in nodes if n.shape[ax]]
+    # parts empty along the axis contribute nothing; the codegen must not see them (it clamps indices into them)
+    return Tensor(full if not keep or len(keep) == len(nodes) else mv.cat(keep, ax))
 
 
 concatenate = cat
@@ -678,14 +746,16 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
     b2 = b.unsqueeze(-1) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not chain (inner dims {a2.shape[-1]} != {b2.shape[-2]})")
+        raise ShapeError(
+            f"matmul: shapes {a.shape} and {b.shape} do not chain (inner dims {a2.shape[-1]} != {b2.shape[-2]})"
+        )
     dt = dtypes.promote(a.dtype, b.dtype)
-    batch = broadcast_shape(a2.shape[:-2], b2.shape[:-2])
+    batch = broadcast_shape(a2.shape[:-2], b2.shape[:-2], op="matmul")
     a3 = Tensor(a2._prep(batch + a2.shape[-2:], dt))
     b3 = Tensor(b2._prep(batch + b2.shape[-2:], dt))
     m, k, n = a3.shape[-2], a3.shape[-1], b3.shape[-1]
     if k == 0:
-        out = Tensor(ew.const(0, batch + (m, n), dt, a.device))
+        out = Tensor(ew.const(0, (*batch, m, n), dt, a.device))
     elif dt == dtypes.float32:
         out = Tensor(_matmul(a3.node, b3.node))
     else:

@@ -38,6 +38,8 @@ def unary(op: str, x: Node) -> Node:
     out = x.dtype
     if op in _FLOAT_UNARY and not x.dtype.is_float:
         raise DTypeError(f"{op} needs a floating-point input, got {x.dtype.name} with shape {x.shape}; cast first")
+    if op == "bitwise_not" and x.dtype.is_float:
+        raise DTypeError(f"bitwise_not needs an integer or bool input, got {x.dtype.name} with shape {x.shape}")
     if op == "logical_not":
         out = dtypes.bool_
     return Node(op, (x,), None, x.shape, out, x.device)
@@ -48,6 +50,8 @@ def binary(op: str, a: Node, b: Node) -> Node:
         raise ShapeError(f"{op}: shapes {a.shape} and {b.shape} differ (broadcast them first)")
     if a.dtype != b.dtype:
         raise DTypeError(f"{op}: dtypes {a.dtype.name} and {b.dtype.name} differ (cast one first)")
+    if op in _BITWISE and a.dtype.is_float:
+        raise DTypeError(f"{op}: needs integer or bool inputs, got {a.dtype.name} with shape {a.shape}")
     out = dtypes.bool_ if op in _COMPARE or op in ("logical_and", "logical_or") else a.dtype
     return Node(op, (a, b), None, a.shape, out, a.device)
 
@@ -164,6 +168,7 @@ def _cast_grad(n: Node, g: Node) -> tuple[Node | None]:
 
 # ---------------------------------------------------------------- lowering (C-style expressions)
 
+_BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor")
 _FLOAT_UNARY = {"exp", "log", "sqrt", "sigmoid", "tanh", "recip", "sin", "cos", "erf", "floor", "ceil"}
 _COMPARE = {"cmplt": "<", "cmple": "<=", "cmpgt": ">", "cmpge": ">=", "cmpeq": "==", "cmpne": "!="}
 
@@ -184,7 +189,36 @@ _UNARY_RENDER = {
     "ceil": lambda r, dt, x: f"{r.fn('ceil')}({x})",
     "sign": lambda r, dt, x: f"(({x}) > 0 ? 1 : (({x}) < 0 ? -1 : 0))",
     "logical_not": lambda r, dt, x: f"(!({x}))",
+    "bitwise_not": lambda r, dt, x: f"(!({x}))" if dt == dtypes.bool_ else f"(~({x}))",
 }
+
+
+def _mod(r: Any, dt: DType, a: str, b: str) -> str:
+    """Python/NumPy modulo: the result takes the divisor's sign. An integer modulo by zero gives 0 (as NumPy)
+    instead of trapping."""
+    if dt.is_float:
+        m = f"{r.fn('fmod')}({a}, {b})"
+        return f"(({m}) != 0 && (({m}) < 0) != (({b}) < 0) ? ({m}) + ({b}) : ({m}))"
+    m = f"(({a}) % ({b}))"
+    return f"(({b}) == 0 ? 0 : {m} != 0 && ({m} < 0) != (({b}) < 0) ? {m} + ({b}) : {m})"
+
+
+def _pow(r: Any, dt: DType, a: str, b: str) -> str:
+    """Float pow, or exact integer pow by squaring (a negative exponent truncates 1/a**-b to an integer as
+    PyTorch does; NumPy raises instead)."""
+    if dt.is_float:
+        return f"{r.fn('pow')}({a}, {b})"
+    return f"plait_ipow((long)({a}), (long)({b}))"
+
+
+def _minmax(sym: str) -> Any:
+    """maximum/minimum that propagate NaN like NumPy and PyTorch (a plain comparison would drop it)."""
+
+    def render(r: Any, dt: DType, a: str, b: str) -> str:
+        nan = f" || ({a}) != ({a})" if dt.is_float else ""
+        return f"((({a}) {sym} ({b}){nan}) ? ({a}) : ({b}))"
+
+    return render
 
 
 def _binary_render(op: str) -> Any:
@@ -196,18 +230,34 @@ def _binary_render(op: str) -> Any:
         "sub": lambda r, dt, a, b: f"(({a}) - ({b}))",
         "mul": lambda r, dt, a, b: f"(({a}) * ({b}))",
         "div": lambda r, dt, a, b: f"(({a}) / ({b}))",
-        "pow": lambda r, dt, a, b: f"{r.fn('pow')}({a}, {b})",
-        "maximum": lambda r, dt, a, b: f"(({a}) > ({b}) ? ({a}) : ({b}))",
-        "minimum": lambda r, dt, a, b: f"(({a}) < ({b}) ? ({a}) : ({b}))",
+        "pow": _pow,
+        "maximum": _minmax(">"),
+        "minimum": _minmax("<"),
         "logical_and": lambda r, dt, a, b: f"(({a}) && ({b}))",
         "logical_or": lambda r, dt, a, b: f"(({a}) || ({b}))",
-        "mod": lambda r, dt, a, b: f"{r.fn('fmod')}({a}, {b})" if dt.is_float else f"(({a}) % ({b}))",
+        "bitwise_and": lambda r, dt, a, b: f"(({a}) & ({b}))",
+        "bitwise_or": lambda r, dt, a, b: f"(({a}) | ({b}))",
+        "bitwise_xor": lambda r, dt, a, b: f"(({a}) ^ ({b}))",
+        "mod": _mod,
     }
     return table[op]
 
 
 UNARY_OPS = tuple(_UNARY_RENDER)
-BINARY_OPS = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "logical_and", "logical_or", "mod", *_COMPARE)
+BINARY_OPS = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "maximum",
+    "minimum",
+    "logical_and",
+    "logical_or",
+    "mod",
+    *_BITWISE,
+    *_COMPARE,
+)
 
 for _name, _render in _UNARY_RENDER.items():
     _grad = _UNARY_GRADS.get(_name)

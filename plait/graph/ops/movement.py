@@ -15,8 +15,11 @@ from plait.graph.ops import OpDef, register
 
 def reshape(x: Node, shape: tuple[int, ...]) -> Node:
     shape = tuple(int(s) for s in shape)
-    if math.prod(shape) != x.size:
-        raise ShapeError(f"reshape: cannot view shape {x.shape} ({x.size} elements) as {shape}")
+    if math.prod(shape) != x.size or any(s < 0 for s in shape):
+        raise ShapeError(
+            f"reshape: cannot view shape {x.shape} ({x.size} elements) as {shape}; the new sizes must be"
+            " non-negative with the same product (one -1 may stand for the rest)"
+        )
     if shape == x.shape:
         return x
     if x.op == "reshape" and not x.realized:
@@ -97,14 +100,14 @@ def sum_to(g: Node, shape: tuple[int, ...]) -> Node:
 
 def _shrink_grad(n: Node, g: Node) -> tuple[Node]:
     x = n.srcs[0]
-    for axis, ((start, stop, step), size) in enumerate(zip(n.arg, x.shape, strict=True)):
+    for axis, ((start, _stop, step), size) in enumerate(zip(n.arg, x.shape, strict=True)):
         if step > 1:
             shp = g.shape
-            g = reshape(g, shp[: axis + 1] + (1,) + shp[axis + 1 :])
+            g = reshape(g, (*shp[: axis + 1], 1, *shp[axis + 1 :]))
             pads = [(0, 0)] * len(g.shape)
             pads[axis + 1] = (0, step - 1)
             g = pad(g, tuple(pads))
-            g = reshape(g, shp[:axis] + (shp[axis] * step,) + shp[axis + 1 :])
+            g = reshape(g, (*shp[:axis], shp[axis] * step, *shp[axis + 1 :]))
             box = [(0, s, 1) for s in g.shape]
             keep = min(g.shape[axis], size - start)
             box[axis] = (0, keep, 1)
