@@ -92,7 +92,8 @@ def render_c(spec: GemmSpec, knobs: dict[str, int] | None = None) -> RenderedKer
     bo, sbb, sbk, sbn = spec.b
     m, n, k = spec.m, spec.n, spec.k
     mp, np_ = -(-m // mr) * mr, -(-n // nr) * nr
-    src = f"""#include <stdlib.h>
+    src = f"""/* KERNEL_NAME */
+#include <stdlib.h>
 #include <string.h>
 typedef float vf __attribute__((vector_size({vw * 4})));
 #define MR {mr}
@@ -100,7 +101,7 @@ typedef float vf __attribute__((vector_size({vw * 4})));
 #define NV {nv}
 #define KC {kc}
 
-static void micro(int kc, const float* restrict ap, const float* restrict bp, float* restrict c, int mr, int nr, int first) {{
+static void micro_KERNEL_NAME(int kc, const float* restrict ap, const float* restrict bp, float* restrict c, int mr, int nr, int first) {{
   vf acc[MR][NV];
   for (int i = 0; i < MR; i++) for (int v = 0; v < NV; v++) acc[i][v] = (vf){{0}};
   for (int p = 0; p < kc; p++) {{
@@ -153,7 +154,7 @@ void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restri
           for (int i0 = 0; i0 < {mp}; i0 += MR) {{
             int mr = {m} - i0 < MR ? {m} - i0 : MR;
             int nr = {n} - j0 < NR ? {n} - j0 : NR;
-            micro(kc, ap + i0 * kc, bp + j0 * kc, c + (long)i0 * {n} + j0, mr, nr, pc == 0);
+            micro_KERNEL_NAME(kc, ap + i0 * kc, bp + j0 * kc, c + (long)i0 * {n} + j0, mr, nr, pc == 0);
           }}
       }}
     }}
@@ -161,6 +162,10 @@ void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restri
   free(ap);
   free(bp);
 }}
+#undef MR
+#undef NR
+#undef NV
+#undef KC
 """
     return _finish("GEMM", spec, src, (1,), None)
 
@@ -175,15 +180,15 @@ def render_opencl(spec: GemmSpec, knobs: dict[str, int] | None = None) -> Render
     m, n, k = spec.m, spec.n, spec.k
     a_map = "int mm = l / TSK, kk = l % TSK;" if sak == 1 else "int kk = l / TSM, mm = l % TSM;"
     b_map = "int kk = l / TSN, nn = l % TSN;" if sbn == 1 else "int nn = l / TSK, kk = l % TSK;"
-    src = f"""#define TSM {tsm}
+    src = f"""/* KERNEL_NAME */
+#define TSM {tsm}
 #define TSN {tsn}
 #define TSK {tsk}
 #define WPTM {wm}
 #define WPTN {wn}
 #define RTSM {rm}
 #define RTSN {rn}
-__kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1)))
-void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B) {{
+__kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B) {{
   const int tn = get_local_id(0), tm = get_local_id(1);
   const int tid = tm * RTSN + tn;
   const int n0 = get_group_id(0) * TSN, m0 = get_group_id(1) * TSM;
@@ -226,6 +231,13 @@ void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, _
     }}
   }}
 }}
+#undef TSM
+#undef TSN
+#undef TSK
+#undef WPTM
+#undef WPTN
+#undef RTSM
+#undef RTSN
 """
     gs = (-(-n // tsn) * rn, -(-m // tsm) * rm, spec.batch)
     return _finish("GEMM", spec, src, gs, (rn, rm, 1))

@@ -38,6 +38,22 @@ class Allocator:
         raise NotImplementedError
 
 
+def join_sources(kernels: list[tuple[str, str]]) -> str:
+    """One translation unit from several kernel sources: text before each kernel's declaration (includes, helper
+    functions) is kept only the first time it appears, so shared helpers are not defined twice."""
+    seen: set[str] = set()
+    parts: list[str] = []
+    for src, name in kernels:
+        cut = src.find(f"void {name}(")
+        cut = src.rfind("\n", 0, cut) + 1 if cut > 0 else 0
+        head, body = src[:cut], src[cut:]
+        if head and head in seen:
+            head = ""
+        seen.add(head)
+        parts.append(head + body)
+    return "\n".join(parts)
+
+
 class Program:
     """A compiled kernel. `bind` presets its arguments and returns a cheap zero-argument launcher for replay."""
 
@@ -65,6 +81,10 @@ class Device:
 
     def compile(self, source: str, kernel_name: str) -> Program:
         raise NotImplementedError
+
+    def compile_batch(self, kernels: list[tuple[str, str]]) -> list[Program]:
+        """Compile several (source, kernel name) pairs; devices override this to build them in one compiler call."""
+        return [self.compile(src, name) for src, name in kernels]
 
     def synchronize(self) -> None:
         raise NotImplementedError

@@ -19,7 +19,7 @@ from plait import settings
 from plait.codegen.c import CRenderer
 from plait.errors import CompileError, DeviceError
 from plait.runtime import cache
-from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program
+from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, join_sources
 
 # Idle OpenMP threads must sleep, not spin: on a loaded 2-core machine spinning threads starve real work.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -97,6 +97,23 @@ class CPUDevice(Device):
             fn.restype = None
             prog = self._programs[key] = CPUProgram(fn)
         return prog
+
+    def compile_batch(self, kernels: list[tuple[str, str]]) -> list[Program]:
+        """All kernels of a plan in one translation unit: one compiler run instead of one per kernel."""
+        todo = [(src, name) for src, name in kernels if cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), src) not in self._programs]
+        if len(todo) > 1:
+            joined = join_sources(todo)
+            key = cache.key_of("cpu-batch", self.info.driver, " ".join(FLAGS + LIBS), joined)
+            try:
+                lib = self._load(key, joined)
+            except CompileError:
+                lib = None  # build them one by one below, so the error names the kernel that fails
+            if lib is not None:
+                for src, name in todo:
+                    fn = getattr(lib, name)
+                    fn.restype = None
+                    self._programs[cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), src)] = CPUProgram(fn)
+        return [self.compile(src, name) for src, name in kernels]
 
     def _load(self, key: str, source: str) -> ctypes.CDLL:
         binary = cache.get("cpu", key)

@@ -16,7 +16,7 @@ import numpy as np
 from plait.codegen.opencl import OpenCLRenderer
 from plait.errors import CompileError, DeviceError
 from plait.runtime import cache
-from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program
+from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, join_sources
 
 if "OCL_ICD_VENDORS" not in os.environ and os.path.isdir("/etc/OpenCL/vendors"):
     os.environ["OCL_ICD_VENDORS"] = "/etc/OpenCL/vendors"
@@ -150,6 +150,22 @@ class OpenCLDevice(Device):
         if prog is None:
             prog = self._programs[key] = CLProgram(self, getattr(self._build(key, source), kernel_name))
         return prog
+
+    def compile_batch(self, kernels: list[tuple[str, str]]) -> list[Program]:
+        """All kernels of a plan in one OpenCL program: one driver build instead of one per kernel."""
+        keyed = [(cache.key_of("opencl", self.info.name, self.info.driver, src), src, name) for src, name in kernels]
+        todo = [(src, name) for key, src, name in keyed if key not in self._programs]
+        if len(todo) > 1:
+            joined = join_sources(todo)
+            try:
+                prog = self._build(cache.key_of("opencl-batch", self.info.name, self.info.driver, joined), joined)
+            except CompileError:
+                prog = None  # build them one by one below, so the error names the kernel that fails
+            if prog is not None:
+                for key, src, name in keyed:
+                    if key not in self._programs:
+                        self._programs[key] = CLProgram(self, getattr(prog, name))
+        return [self.compile(src, name) for src, name in kernels]
 
     def _build(self, key: str, source: str) -> Any:
         cl = _cl()

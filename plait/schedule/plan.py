@@ -71,6 +71,7 @@ class Plan:
         self.items = schedule(outputs, self.device.renderer.__dict__.get("split_parts", 256 if self.device.renderer.dialect == "opencl" else 16))
         self.kernels: list[RenderedKernel] = []
         self.launches: list[Any] = []
+        pending: list[tuple[RenderedKernel, list[Buffer]]] = []
         for item in self.items:
             if item.kind == "alias":
                 self.buffers[item.out.uid] = self._buffer_of(item.inputs[0])
@@ -80,8 +81,9 @@ class Plan:
                 continue
             k = render(self.device, item)
             _dump(k)
-            prog = self.device.compile(k.source, k.name)
-            bufs = [out_buf] + [self._buffer_of(n) for n in item.inputs]
+            pending.append((k, [out_buf] + [self._buffer_of(n) for n in item.inputs]))
+        programs = self.device.compile_batch([(k.source, k.name) for k, _ in pending])
+        for (k, bufs), prog in zip(pending, programs, strict=True):
             self.kernels.append(k)
             self.launches.append(prog.bind(bufs, k.global_size, k.local_size))
 
