@@ -74,7 +74,7 @@ class Tensor:
     def from_numpy(arr: Any, dtype: Any = None, device: str | None = None, requires_grad: bool = False) -> Tensor:
         a = np.asarray(arr)
         dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.from_numpy_dtype(a.dtype)
-        a = np.ascontiguousarray(a, dtype=dt.np)
+        a = np.ascontiguousarray(a, dtype=dt.np).reshape(a.shape)  # ascontiguousarray turns 0-d into 1-d
         dev = get_device(canonical(device) if device else default_device())
         node = Node("buffer", (), None, tuple(a.shape), dt, dev.name)
         buf = dev.allocator.alloc(a.nbytes)
