@@ -21,7 +21,7 @@ from plait.frontends.native.tensor import Tensor, cat, concatenate, matmul, maxi
 from plait.frontends.native.jit import jit
 from plait.graph.autodiff import no_grad
 from plait.runtime import default_device
-from plait import nn, optim  # noqa: E402  (after Tensor: they build on it)
+from plait import models, nn, optim  # noqa: E402  (after Tensor: they build on it)
 
 __version__ = "0.1.0"
 
