@@ -165,17 +165,22 @@ class ExprBuilder:
         return self.tmp(self.r.compute_type(node.dtype), f"({' && '.join(conds)}) ? {v} : {self.r.literal(fill, node.dtype)}")
 
     def _cat(self, node: Node, cs: list[str]) -> str:
+        """Only the source that holds the element is evaluated: one if/else branch per source."""
         axis, c = node.arg, cs[node.arg]
-        expr, offset = "", 0
-        parts = []
-        for src in node.srcs:
+        self.n += 1
+        out = f"t{self.n}"
+        self.lines.append(f"{self.r.compute_type(node.dtype)} {out};")
+        offset = 0
+        for i, src in enumerate(node.srcs):
             n = src.shape[axis]
+            last = i == len(node.srcs) - 1
+            head = "{" if last and i > 0 else f"if ({c} < {offset + n}) {{"
+            self.lines.append(head if i == 0 else f"}} else {head}")
             new = list(cs)
-            new[axis] = self.tmp(self.idx_t, self._clamp(f"({c} - {offset})", n - 1), "i")
-            parts.append((offset, self.value(src, Idx(src.shape, coords=new))))
+            new[axis] = f"({c} - {offset})" if offset else c
+            saved = dict(self.cache)
+            self.lines.append(f"{out} = {self.value(src, Idx(src.shape, coords=new))};")
+            self.cache = saved  # values computed inside a branch are not visible after it
             offset += n
-        expr = parts[-1][1]
-        for off, v in reversed(parts[:-1]):
-            nxt = next(o for o, _ in parts if o > off)
-            expr = f"({c} < {nxt} ? {v} : {expr})"
-        return self.tmp(self.r.compute_type(node.dtype), expr)
+        self.lines.append("}" if len(node.srcs) == 1 else "}")
+        return out

@@ -1,0 +1,133 @@
+"""im2col and col2im: the data movement of convolution as implicit-GEMM operands.
+
+`im2col(x)` turns an (N, C, H, W) input into (N, C*kh*kw, OH*OW) patch columns with plain nested loops (a row of
+output positions is a strided run of one input row), so a convolution becomes one batched GEMM whose result is
+already NCHW. `col2im` is its adjoint (each input pixel gathers the columns that read it: deterministic, no
+atomics), and each op's gradient is the other one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from plait.codegen.cstyle import RenderedKernel
+from plait.errors import ShapeError
+from plait.graph.node import Node
+from plait.graph.ops import OpDef, register
+
+
+@dataclass(frozen=True)
+class Window:
+    """Sliding-window geometry of a 2-D convolution over an (N, C, H, W) input."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    kh: int
+    kw: int
+    sh: int = 1
+    sw: int = 1
+    ph: int = 0
+    pw: int = 0
+    dh: int = 1
+    dw: int = 1
+
+    @property
+    def oh(self) -> int:
+        return (self.h + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
+
+    @property
+    def cols_shape(self) -> tuple[int, int, int]:
+        return (self.n, self.c * self.kh * self.kw, self.oh * self.ow)
+
+
+def im2col(x: Node, win: Window) -> Node:
+    if x.shape != (win.n, win.c, win.h, win.w):
+        raise ShapeError(f"im2col: input shape {x.shape} does not match the window geometry {win}")
+    if win.oh < 1 or win.ow < 1:
+        raise ShapeError(f"im2col: input {x.shape} is too small for kernel {(win.kh, win.kw)} with padding {(win.ph, win.pw)}")
+    return Node("im2col", (x,), win, win.cols_shape, x.dtype, x.device)
+
+
+def col2im(cols: Node, win: Window) -> Node:
+    if cols.shape != win.cols_shape:
+        raise ShapeError(f"col2im: columns of shape {cols.shape} do not match the window geometry {win}")
+    return Node("col2im", (cols,), win, (win.n, win.c, win.h, win.w), cols.dtype, cols.device)
+
+
+def _im2col_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
+    w: Window = out.arg
+    x = inputs[0]
+    ct, load, store = r.compute_type(x.dtype), r.load, r.store
+    params = [r.param(out.dtype, "b0", True), r.param(x.dtype, "b1", False)]
+    kk = w.kh * w.kw
+    if r.dialect == "c":
+        lines = [
+            "#pragma omp parallel for collapse(2) schedule(static)",
+            f"for (int n = 0; n < {w.n}; n++) for (int ck = 0; ck < {w.c * kk}; ck++) {{",
+            f"  int c = ck / {kk}, ky = (ck / {w.kw}) % {w.kh}, kx = ck % {w.kw};",
+            f"  long xb = ((long)n * {w.c} + c) * {w.h * w.w};",
+            f"  long ob = ((long)n * {w.c * kk} + ck) * {w.oh * w.ow};",
+            f"  for (int oy = 0; oy < {w.oh}; oy++) {{",
+            f"    int iy = oy * {w.sh} - {w.ph} + ky * {w.dh};",
+            f"    int ok = iy >= 0 && iy < {w.h};",
+            f"    for (int ox = 0; ox < {w.ow}; ox++) {{",
+            f"      int ix = ox * {w.sw} - {w.pw} + kx * {w.dw};",
+            f"      {ct} v = (ok && ix >= 0 && ix < {w.w}) ? {load(x.dtype, 'b1', f'xb + (long)iy * {w.w} + ix')} : 0;",
+            f"      {store(out.dtype, 'b0', f'ob + (long)oy * {w.ow} + ox', 'v')}",
+            "    }",
+            "  }",
+            "}",
+        ]
+        return r._finish("IM2COL", out, params, lines, (1,), None)
+    total = out.size
+    lines = [
+        "long gid = get_global_id(0);",
+        f"if (gid >= {total}L) return;",
+        f"int p = gid % {w.oh * w.ow}; long nck = gid / {w.oh * w.ow};",
+        f"int ck = nck % {w.c * kk}; int n = nck / {w.c * kk};",
+        f"int c = ck / {kk}, ky = (ck / {w.kw}) % {w.kh}, kx = ck % {w.kw};",
+        f"int oy = p / {w.ow}, ox = p % {w.ow};",
+        f"int iy = oy * {w.sh} - {w.ph} + ky * {w.dh}, ix = ox * {w.sw} - {w.pw} + kx * {w.dw};",
+        f"{ct} v = (iy >= 0 && iy < {w.h} && ix >= 0 && ix < {w.w}) ? "
+        f"{load(x.dtype, 'b1', f'((long)n * {w.c} + c) * {w.h * w.w} + (long)iy * {w.w} + ix')} : 0;",
+        store(out.dtype, "b0", "gid", "v"),
+    ]
+    ls = 256
+    return r._finish("IM2COL", out, params, lines, (-(-total // ls) * ls,), (ls,))
+
+
+def _col2im_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
+    w: Window = out.arg
+    cols = inputs[0]
+    ct, load = r.compute_type(cols.dtype), r.load
+    params = [r.param(out.dtype, "b0", True), r.param(cols.dtype, "b1", False)]
+    kk = w.kh * w.kw
+    body = [
+        f"int ix = gid % {w.w}; int iy = (gid / {w.w}) % {w.h}; long nc = gid / {w.h * w.w};",
+        f"int c = nc % {w.c}; int n = nc / {w.c};",
+        f"{ct} acc = 0;",
+        f"for (int ky = 0; ky < {w.kh}; ky++) {{",
+        f"  int ty = iy + {w.ph} - ky * {w.dh};",
+        f"  if (ty < 0 || ty % {w.sh} != 0 || ty / {w.sh} >= {w.oh}) continue;",
+        f"  for (int kx = 0; kx < {w.kw}; kx++) {{",
+        f"    int tx = ix + {w.pw} - kx * {w.dw};",
+        f"    if (tx < 0 || tx % {w.sw} != 0 || tx / {w.sw} >= {w.ow}) continue;",
+        f"    long off = ((long)n * {w.c * kk} + c * {kk} + ky * {w.kw} + kx) * {w.oh * w.ow} + (ty / {w.sh}) * {w.ow} + tx / {w.sw};",
+        f"    acc += {load(cols.dtype, 'b1', 'off')};",
+        "  }",
+        "}",
+        r.store(out.dtype, "b0", "gid", "acc"),
+    ]
+    lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size * kk)
+    return r._finish("COL2IM", out, params, lines, gs, ls)
+
+
+register(OpDef("im2col", "custom", lambda n, g: (col2im(g, n.arg),), kernel=_im2col_kernel))
+register(OpDef("col2im", "custom", lambda n, g: (im2col(g, n.arg),), kernel=_col2im_kernel))
