@@ -1,0 +1,220 @@
+"""ONNX graph -> plait Tensor ops. Values are plait Tensors (device) or NumPy arrays (host constants, folded).
+
+The importer walks the nodes in order, calling the op table. Graph inputs become `input` placeholder nodes of a
+concrete shape; initializers stay NumPy until a device op needs them, then each is uploaded once per session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from plait import dtypes
+from plait.dtypes import DType
+from plait.frontends.native.tensor import Tensor
+from plait.graph.node import Node, toposort
+from plait.onnx.errors import NeedValue, OnnxModelError, OnnxUnsupportedError
+from plait.onnx.loader import DEFAULT_DOMAINS, LoadedModel, elem_name, to_numpy
+from plait.onnx.ops import TABLE, load_all
+
+Value = Tensor | np.ndarray
+
+# NumPy dtype -> the plait dtype that computes it. Narrower integers widen; float64 is computed in float32.
+_COMPUTE = {
+    np.dtype(np.float32): dtypes.float32,
+    np.dtype(np.float64): dtypes.float32,
+    np.dtype(np.float16): dtypes.float16,
+    np.dtype(np.int64): dtypes.int64,
+    np.dtype(np.int32): dtypes.int32,
+    np.dtype(np.int16): dtypes.int32,
+    np.dtype(np.int8): dtypes.int32,
+    np.dtype(np.uint8): dtypes.int32,
+    np.dtype(np.uint16): dtypes.int32,
+    np.dtype(np.uint32): dtypes.int64,
+    np.dtype(np.uint64): dtypes.int64,
+    np.dtype(np.bool_): dtypes.bool_,
+}
+
+
+def compute_dtype(npd: Any, what: str) -> DType:
+    """The plait dtype that stands for NumPy dtype `npd`, or an OnnxUnsupportedError naming `what`."""
+    d = _COMPUTE.get(np.dtype(npd)) if npd is not None else None
+    if d is None:
+        raise OnnxUnsupportedError(
+            f"{what}: element type {npd} is not supported (plait computes float32, float16, int32, int64 and bool;"
+            " float64 and narrow integers are widened)"
+        )
+    return d
+
+
+def attrs_of(node: onnx.NodeProto, base_dir: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH or a.type == onnx.AttributeProto.GRAPHS:
+            raise OnnxUnsupportedError(
+                f"node {node.name or node.op_type!r} ({node.op_type}): subgraph attributes (If/Loop/Scan bodies) are"
+                " not supported"
+            )
+        if a.type == onnx.AttributeProto.TENSOR:
+            out[a.name] = to_numpy(a.t, base_dir, f"node {node.name!r} attribute {a.name}")
+        elif a.ref_attr_name:
+            raise OnnxUnsupportedError(f"node {node.name!r}: attribute references (functions) are not supported")
+        else:
+            v = helper.get_attribute_value(a)
+            out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
+class Ctx:
+    """What an op implementation sees: the node's attributes, the opset, and converters between host and device."""
+
+    def __init__(self, imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]):
+        self.imp = imp
+        self.node = node
+        self.attrs = attrs
+        self.opset = imp.opset
+        self.device = imp.device
+        self.label = f"node {node.name!r} ({node.op_type})" if node.name else f"{node.op_type} node"
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def error(self, msg: str) -> OnnxModelError:
+        return OnnxModelError(f"{self.label}: {msg}")
+
+    def unsupported(self, msg: str) -> OnnxUnsupportedError:
+        return OnnxUnsupportedError(f"{self.label}: {msg}")
+
+    def host(self, v: Value | None, what: str) -> np.ndarray:
+        """The value of `v` at compile time (shapes, axes, pads...). A device tensor that comes from graph inputs
+        makes the session specialise on those inputs' values; anything else computed is an error."""
+        if v is None:
+            raise self.error(f"input {what} is required")
+        if isinstance(v, np.ndarray):
+            return v
+        if v.node.op == "buffer":
+            return v.numpy()
+        names = {self.imp.input_names[n.uid] for n in toposort([v.node]) if n.uid in self.imp.input_names}
+        if not names:
+            raise self.unsupported(f"input {what} must be known before the model runs (plait shapes are static)")
+        raise NeedValue(names, self.label)
+
+    def t(self, v: Value) -> Tensor:
+        """`v` as a device Tensor (host arrays are uploaded once and cached)."""
+        if isinstance(v, Tensor):
+            return v
+        return self.imp.upload(v, self.label)
+
+    def ints(self, v: Value | None, what: str) -> list[int]:
+        return [int(x) for x in self.host(v, what).reshape(-1)]
+
+
+class Importer:
+    """Builds plait Tensors for a model's outputs from concrete input shapes (and, where ops need them, values)."""
+
+    def __init__(self, loaded: LoadedModel, device: str):
+        self.model = loaded.model
+        self.graph = loaded.model.graph
+        self.opset = loaded.opset
+        self.base_dir = loaded.base_dir
+        self.device = device
+        self.initializers = {
+            t.name: to_numpy(t, self.base_dir, f"initializer {t.name!r}") for t in self.graph.initializer
+        }
+        self._uploads: dict[int, tuple[np.ndarray, Tensor]] = {}
+        self.input_names: dict[int, str] = {}
+        load_all()
+        self._check_ops()
+
+    def _check_ops(self) -> None:
+        for node in self.graph.node:
+            if node.domain not in DEFAULT_DOMAINS:
+                raise OnnxUnsupportedError(
+                    f"node {node.name!r}: operator {node.domain}.{node.op_type} is from a domain plait does not support"
+                    " (only the default ONNX domain)"
+                )
+            if node.op_type not in TABLE:
+                raise OnnxUnsupportedError(
+                    f"node {node.name!r}: operator {node.op_type} is not supported by plait's ONNX importer"
+                    " (see docs/onnx.md for the supported list)"
+                )
+
+    def upload(self, arr: np.ndarray, what: str) -> Tensor:
+        hit = self._uploads.get(id(arr))
+        if hit is not None and hit[0] is arr:
+            return hit[1]
+        dt = compute_dtype(arr.dtype, what)
+        t = Tensor.from_numpy(np.asarray(arr).astype(dt.np, copy=False), dtype=dt, device=self.device)
+        self._uploads[id(arr)] = (arr, t)
+        return t
+
+    def build(
+        self, shapes: dict[str, tuple[tuple[int, ...], DType]], values: dict[str, np.ndarray]
+    ) -> tuple[list[Node], list[Value]]:
+        """Placeholders for the inputs in `shapes` and the graph's outputs as Tensors or host arrays. Inputs in
+        `values` are folded in as constants instead."""
+        env: dict[str, Value] = dict(self.initializers)
+        placeholders: list[Node] = []
+        self.input_names = {}
+        for name, (shape, dt) in shapes.items():
+            if name in values:
+                env[name] = values[name]
+                continue
+            node = Node("input", (), None, shape, dt, self.device)
+            placeholders.append(node)
+            self.input_names[node.uid] = name
+            env[name] = Tensor(node)
+        for node in self.graph.node:
+            self._run_node(node, env)
+        outs = []
+        for o in self.graph.output:
+            if o.name not in env:
+                raise OnnxModelError(f"graph output {o.name!r} is produced by no node")
+            outs.append(env[o.name])
+        return placeholders, outs
+
+    def _run_node(self, node: onnx.NodeProto, env: dict[str, Value]) -> None:
+        ctx = Ctx(self, node, attrs_of(node, self.base_dir))
+        ins: list[Value | None] = []
+        for name in node.input:
+            if not name:
+                ins.append(None)
+            elif name in env:
+                ins.append(env[name])
+            else:
+                raise ctx.error(f"input {name!r} is produced by no earlier node and is not a graph input")
+        op = TABLE[node.op_type]
+        if op.fold is not None and all(x is None or isinstance(x, np.ndarray) for x in ins):
+            result = op.fold(ctx, ins)
+        else:
+            result = op.fn(ctx, ins)
+        outs = list(result) if isinstance(result, (list, tuple)) else [result]
+        for name, val in zip(node.output, outs, strict=False):
+            if name:
+                env[name] = val
+
+
+
+def type_label(elem_type: int) -> str:
+    return f"tensor({_ORT_TYPE.get(elem_type, elem_name(elem_type))})"
+
+
+_ORT_TYPE = {
+    onnx.TensorProto.FLOAT: "float",
+    onnx.TensorProto.DOUBLE: "double",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT16: "int16",
+    onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.UINT16: "uint16",
+    onnx.TensorProto.UINT32: "uint32",
+    onnx.TensorProto.UINT64: "uint64",
+    onnx.TensorProto.BOOL: "bool",
+    onnx.TensorProto.STRING: "string",
+}

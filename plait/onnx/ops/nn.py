@@ -1,0 +1,529 @@
+"""Neural-network ONNX ops: Conv, ConvTranspose, pools, normalizations, Softmax family, Gemm, MatMul, Dropout,
+LRN, Resize/Upsample.
+
+2-D convolutions go through plait.nn.functional.conv2d (im2col + GEMM); 1-D ones are 2-D with a unit axis.
+Pools of any rank are strided window views reduced together; asymmetric ONNX pads are applied explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+import plait.nn.functional as F
+from plait import dtypes
+from plait.frontends.native.tensor import Tensor, stack, where
+from plait.onnx.importer import Ctx
+from plait.onnx.ops import register
+
+# ---------------------------------------------------------------- padding rules
+
+
+def _pads(ctx: Ctx, spatial: tuple[int, ...], kernel: list[int], strides: list[int], dil: list[int]) -> list[int]:
+    """ONNX pads [b1, b2, ..., e1, e2, ...] after resolving auto_pad."""
+    n = len(spatial)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for s, k, st, d in zip(spatial, kernel, strides, dil, strict=True):
+            out = -(-s // st)
+            total = max((out - 1) * st + (k - 1) * d + 1 - s, 0)
+            small = total // 2
+            begin.append(small if auto == "SAME_UPPER" else total - small)
+            end.append(total - small if auto == "SAME_UPPER" else small)
+        return begin + end
+    if auto == "VALID":
+        return [0] * (2 * n)
+    return list(ctx.attr("pads", [0] * (2 * n)))
+
+
+def _window_views(x: Tensor, kernel: list[int], strides: list[int], dil: list[int], out: list[int]) -> list[Tensor]:
+    """Every kernel offset's strided view (N, C, *out) of an already padded input."""
+    views = []
+    for offs in np.ndindex(*kernel):
+        key: list[slice] = [slice(None), slice(None)]
+        for o, s, d, n in zip(offs, strides, dil, out, strict=True):
+            start = o * d
+            key.append(slice(start, start + (n - 1) * s + 1, s))
+        views.append(x[tuple(key)])
+    return views
+
+
+def _out_len(size: int, k: int, s: int, d: int, b: int, e: int, ceil: bool) -> int:
+    span = size + b + e - d * (k - 1) - 1
+    if ceil:
+        o = -(-span // s) + 1
+        if (o - 1) * s >= size + b:
+            o -= 1
+        return o
+    return span // s + 1
+
+
+# ---------------------------------------------------------------- convolution
+
+
+def _conv(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x, w = ctx.t(ins[0]), ctx.t(ins[1])
+    b = ctx.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    nsp = x.ndim - 2
+    kernel = list(ctx.attr("kernel_shape", w.shape[2:]))
+    strides = list(ctx.attr("strides", [1] * nsp))
+    dil = list(ctx.attr("dilations", [1] * nsp))
+    group = int(ctx.attr("group", 1))
+    pads = _pads(ctx, x.shape[2:], kernel, strides, dil)
+    if nsp == 1:
+        x, w = x.unsqueeze(-1), w.unsqueeze(-1)
+        strides, dil, pads = strides + [1], dil + [1], [pads[0], 0, pads[1], 0]
+    elif nsp != 2:
+        return _conv_nd(ctx, x, w, b, strides, dil, pads, group)
+    if pads[0] == pads[2] and pads[1] == pads[3]:
+        y = F.conv2d(x, w, b, tuple(strides), (pads[0], pads[1]), tuple(dil), group)
+    else:
+        xp = x.pad(((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+        y = F.conv2d(xp, w, b, tuple(strides), 0, tuple(dil), group)
+    return y.squeeze(-1) if nsp == 1 else y
+
+
+def _conv_nd(ctx: Ctx, x: Tensor, w: Tensor, b: Tensor | None, strides: list[int], dil: list[int], pads: list[int],
+             group: int) -> Tensor:
+    """Convolution of any rank as im2col + one batched GEMM over the groups."""
+    nsp = x.ndim - 2
+    n, c = x.shape[:2]
+    co, cg = w.shape[:2]
+    kernel = list(w.shape[2:])
+    xp = x.pad(((0, 0), (0, 0), *((pads[i], pads[i + nsp]) for i in range(nsp))))
+    out = [_out_len(s, k, st, d, 0, 0, False) for s, k, st, d in zip(xp.shape[2:], kernel, strides, dil, strict=True)]
+    views = _window_views(xp, kernel, strides, dil, out)
+    kk = math.prod(kernel)
+    patches = stack(views, 2)  # (N, C, K, *out)
+    m = math.prod(out)
+    cols = patches.reshape(n, group, cg * kk, m).permute(1, 2, 0, 3).reshape(group, cg * kk, n * m)
+    y = (w.reshape(group, co // group, cg * kk) @ cols).reshape(co, n, *out).permute(1, 0, *range(2, nsp + 2))
+    if b is not None:
+        y = y + b.reshape(co, *([1] * nsp))
+    return y
+
+
+def _conv_transpose(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x, w = ctx.t(ins[0]), ctx.t(ins[1])
+    b = ctx.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    nsp = x.ndim - 2
+    cin, cog = w.shape[:2]
+    group = int(ctx.attr("group", 1))
+    kernel = list(ctx.attr("kernel_shape", w.shape[2:]))
+    strides = list(ctx.attr("strides", [1] * nsp))
+    dil = list(ctx.attr("dilations", [1] * nsp))
+    opad = list(ctx.attr("output_padding", [0] * nsp))
+    in_sp = x.shape[2:]
+    full = [s * (i - 1) + op + (k - 1) * d + 1 for i, s, op, k, d in zip(in_sp, strides, opad, kernel, dil, strict=True)]
+    out_shape = ctx.attr("output_shape")
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = list(out_shape)[-nsp:] if out_shape is not None else [i * s for i, s in zip(in_sp, strides, strict=True)]
+        total = [f - t for f, t in zip(full, target, strict=True)]
+        if auto == "SAME_LOWER":
+            pads = [t - t // 2 for t in total] + [t // 2 for t in total]
+        else:
+            pads = [t // 2 for t in total] + [t - t // 2 for t in total]
+    else:
+        pads = list(ctx.attr("pads", [0] * (2 * nsp)))
+    # zero-stuff the input by the stride, pad by (k-1)*d - pad, then a stride-1 convolution with the flipped kernel
+    y = x
+    for a in range(nsp):
+        s = strides[a]
+        if s > 1:
+            ax = 2 + a
+            y = y.unsqueeze(ax + 1)
+            y = y.pad([(0, 0)] * (ax + 1) + [(0, s - 1)] + [(0, 0)] * (y.ndim - ax - 2))
+            shp = list(y.shape)
+            y = y.reshape(*shp[:ax], shp[ax] * s, *shp[ax + 2:])
+            y = y[tuple(slice(None) if i != ax else slice(0, y.shape[ax] - (s - 1)) for i in range(y.ndim))]
+    edge = [(k - 1) * d for k, d in zip(kernel, dil, strict=True)]
+    spads = [(e - pads[a], e - pads[a + nsp] + opad[a]) for a, e in enumerate(edge)]
+    y = y.pad([(0, 0), (0, 0), *spads])
+    wf = w.flip(tuple(range(2, w.ndim)))
+    wf = wf.reshape(group, cin // group, cog, *kernel).permute(0, 2, 1, *range(3, 3 + nsp))
+    wf = wf.reshape(group * cog, cin // group, *kernel)
+    if nsp == 2:
+        return F.conv2d(y, wf, b, 1, 0, tuple(dil), group)
+    return _conv_nd(ctx, y, wf, b, [1] * nsp, dil, [0] * (2 * nsp), group)
+
+
+register("Conv", _conv)
+register("ConvTranspose", _conv_transpose)
+
+# ---------------------------------------------------------------- pooling
+
+
+def _pool(ctx: Ctx, ins: list[Any], op: str) -> Tensor:
+    x = ctx.t(ins[0])
+    nsp = x.ndim - 2
+    kernel = list(ctx.attr("kernel_shape"))
+    strides = list(ctx.attr("strides", [1] * nsp))
+    dil = list(ctx.attr("dilations", [1] * nsp))
+    ceil = bool(ctx.attr("ceil_mode", 0))
+    pads = _pads(ctx, x.shape[2:], kernel, strides, dil)
+    sp = x.shape[2:]
+    out = [_out_len(s, k, st, d, pads[i], pads[i + nsp], ceil)
+           for i, (s, k, st, d) in enumerate(zip(sp, kernel, strides, dil, strict=True))]
+    extra = [max(0, (o - 1) * st + d * (k - 1) + 1 - (s + pads[i] + pads[i + nsp]))
+             for i, (o, s, k, st, d) in enumerate(zip(out, sp, kernel, strides, dil, strict=True))]
+    fill = -math.inf if op == "max" else 0.0
+    if not x.dtype.is_float and op == "max":
+        fill = float(np.iinfo(x.dtype.np).min)
+    box = [(0, 0), (0, 0)] + [(pads[i], pads[i + nsp] + extra[i]) for i in range(nsp)]
+    xp = x.pad(box, fill) if any(a or b for a, b in box) else x
+    views = _window_views(xp, kernel, strides, dil, out)
+    win = stack(views, -1)
+    if op == "max":
+        return win.max(axis=-1)
+    if op == "lp":
+        p = float(ctx.attr("p", 2))
+        return (win.abs() ** p).sum(axis=-1) ** (1.0 / p)
+    total = win.sum(axis=-1)
+    include = bool(ctx.attr("count_include_pad", 0))
+    counts = _counts(sp, kernel, strides, dil, pads, out, include)
+    return total / ctx.t(counts.astype(np.float32)).astype(x.dtype)
+
+
+def _counts(sp: tuple[int, ...], kernel: list[int], strides: list[int], dil: list[int], pads: list[int],
+            out: list[int], include: bool) -> np.ndarray:
+    """How many cells each average-pool window averages: inside the input, or inside input + explicit pads."""
+    nsp = len(sp)
+    total = np.ones(out)
+    for i in range(nsp):
+        lo, hi = (-pads[i], sp[i] + pads[i + nsp]) if include else (0, sp[i])
+        pos = np.arange(out[i])[:, None] * strides[i] - pads[i] + np.arange(kernel[i])[None, :] * dil[i]
+        cnt = ((pos >= lo) & (pos < hi)).sum(axis=1)
+        total = total * cnt.reshape([-1 if j == i else 1 for j in range(nsp)])
+    return np.maximum(total, 1)
+
+
+register("MaxPool", lambda ctx, ins: _maxpool(ctx, ins))
+register("AveragePool", lambda ctx, ins: _pool(ctx, ins, "avg"))
+register("LpPool", lambda ctx, ins: _pool(ctx, ins, "lp"))
+
+
+def _maxpool(ctx: Ctx, ins: list[Any]) -> Any:
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        raise ctx.unsupported("MaxPool's Indices output is not supported")
+    if ctx.attr("storage_order", 0):
+        raise ctx.unsupported("MaxPool storage_order=1 is not supported")
+    return _pool(ctx, ins, "max")
+
+
+def _global(op: str) -> Any:
+    def fn(ctx: Ctx, ins: list[Any]) -> Tensor:
+        x = ctx.t(ins[0])
+        axes = tuple(range(2, x.ndim))
+        if op == "max":
+            return x.max(axes, True)
+        if op == "lp":
+            p = float(ctx.attr("p", 2))
+            return (x.abs() ** p).sum(axes, True) ** (1.0 / p)
+        return x.mean(axes, True)
+
+    return fn
+
+
+register("GlobalAveragePool", _global("avg"))
+register("GlobalMaxPool", _global("max"))
+register("GlobalLpPool", _global("lp"))
+
+# ---------------------------------------------------------------- normalization
+
+
+def _channel(t: Tensor, nd: int) -> Tensor:
+    return t.reshape(t.shape[0], *([1] * (nd - 2)))
+
+
+def _batchnorm(ctx: Ctx, ins: list[Any]) -> Tensor:
+    if ctx.attr("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
+        raise ctx.unsupported("BatchNormalization in training mode is not supported (export the model in eval mode)")
+    x = ctx.t(ins[0])
+    eps = float(ctx.attr("epsilon", 1e-5))
+    scale, bias, mean, var = ins[1:5]
+    if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
+        # fold into one multiply-add on the host (inference BN is affine)
+        k = (scale / np.sqrt(var.astype(np.float64) + eps)).astype(np.float32)
+        c = (bias - mean * k).astype(np.float32)
+        return x * _channel(ctx.t(k), x.ndim).astype(x.dtype) + _channel(ctx.t(c), x.ndim).astype(x.dtype)
+    s, b_, m, v = (_channel(ctx.t(t), x.ndim) for t in (scale, bias, mean, var))
+    return (x - m) / (v + eps).sqrt() * s + b_
+
+
+def _instancenorm(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x = ctx.t(ins[0])
+    eps = float(ctx.attr("epsilon", 1e-5))
+    axes = tuple(range(2, x.ndim))
+    mean = x.mean(axes, True)
+    var = ((x - mean) ** 2.0).mean(axes, True)
+    y = (x - mean) / (var + eps).sqrt()
+    return y * _channel(ctx.t(ins[1]), x.ndim) + _channel(ctx.t(ins[2]), x.ndim)
+
+
+def _layernorm(ctx: Ctx, ins: list[Any]) -> Any:
+    x = ctx.t(ins[0])
+    a = int(ctx.attr("axis", -1)) % x.ndim
+    eps = float(ctx.attr("epsilon", 1e-5))
+    axes = tuple(range(a, x.ndim))
+    xf = x.astype(dtypes.float32)
+    mean = xf.mean(axes, True)
+    d = xf - mean
+    var = (d * d).mean(axes, True)
+    inv = (var + eps).sqrt().reciprocal()
+    y = (d * inv).astype(x.dtype) * ctx.t(ins[1])
+    if len(ins) > 2 and ins[2] is not None:
+        y = y + ctx.t(ins[2])
+    return [y, mean, inv]
+
+
+def _rmsnorm(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x = ctx.t(ins[0])
+    a = int(ctx.attr("axis", -1)) % x.ndim
+    eps = float(ctx.attr("epsilon", 1e-5))
+    xf = x.astype(dtypes.float32)
+    ms = (xf * xf).mean(tuple(range(a, x.ndim)), True)
+    return (xf / (ms + eps).sqrt()).astype(x.dtype) * ctx.t(ins[1])
+
+
+def _groupnorm(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x = ctx.t(ins[0])
+    g = int(ctx.attr("num_groups"))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    n, c = x.shape[:2]
+    xg = x.reshape(n, g, -1)
+    mean = xg.mean(2, True)
+    var = ((xg - mean) ** 2.0).mean(2, True)
+    y = ((xg - mean) / (var + eps).sqrt()).reshape(*x.shape)
+    scale, bias = ctx.t(ins[1]), ctx.t(ins[2])
+    if ctx.opset < 21 and scale.shape[0] == g and g != c:
+        scale = scale.reshape(g, 1).expand(g, c // g).reshape(c)
+        bias = bias.reshape(g, 1).expand(g, c // g).reshape(c)
+    return y * _channel(scale, x.ndim) + _channel(bias, x.ndim)
+
+
+def _lrn(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x = ctx.t(ins[0])
+    size = int(ctx.attr("size"))
+    alpha, beta, bias = float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))
+    sq = x * x
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sqp = sq.pad([(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2))
+    c = x.shape[1]
+    acc = sqp[:, 0:c]
+    for i in range(1, size):
+        acc = acc + sqp[:, i : i + c]
+    return x / (acc * (alpha / size) + bias) ** beta
+
+
+def _lpnorm(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x = ctx.t(ins[0])
+    a = int(ctx.attr("axis", -1)) % x.ndim
+    p = int(ctx.attr("p", 2))
+    norm = x.abs().sum(a, True) if p == 1 else (x * x).sum(a, True).sqrt()
+    return where(norm == 0, 0.0, x / where(norm == 0, 1.0, norm))
+
+
+def _mvn(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x = ctx.t(ins[0])
+    axes = tuple(a % x.ndim for a in ctx.attr("axes", [0, 2, 3]))
+    mean = x.mean(axes, True)
+    var = ((x - mean) ** 2.0).mean(axes, True)
+    return (x - mean) / (var.sqrt() + 1e-9)
+
+
+register("BatchNormalization", _batchnorm)
+register("InstanceNormalization", _instancenorm)
+register("LayerNormalization", _layernorm)
+register("RMSNormalization", _rmsnorm)
+register("GroupNormalization", _groupnorm)
+register("LRN", _lrn)
+register("LpNormalization", _lpnorm)
+register("MeanVarianceNormalization", _mvn)
+
+# ---------------------------------------------------------------- softmax family
+
+
+def _softmax_like(kind: str) -> Any:
+    def fn(ctx: Ctx, ins: list[Any]) -> Tensor:
+        x = ctx.t(ins[0])
+        if x.ndim == 0:
+            x = x.reshape(1)
+        if ctx.opset < 13:
+            a = int(ctx.attr("axis", 1)) % x.ndim
+            flat = x.reshape(math.prod(x.shape[:a]), -1)
+            return _apply(kind, flat, 1).reshape(*x.shape)
+        return _apply(kind, x, int(ctx.attr("axis", -1)) % x.ndim)
+
+    return fn
+
+
+def _apply(kind: str, x: Tensor, a: int) -> Tensor:
+    if kind == "softmax":
+        return F.softmax(x, a)
+    if kind == "logsoftmax":
+        return F.log_softmax(x, a)
+    first = x.argmax(a, True)
+    idx = Tensor.arange(x.shape[a], device=x.device).reshape(*[-1 if i == a else 1 for i in range(x.ndim)])
+    return (idx == first).astype(x.dtype)
+
+
+register("Softmax", _softmax_like("softmax"))
+register("LogSoftmax", _softmax_like("logsoftmax"))
+register("Hardmax", _softmax_like("hardmax"))
+
+# ---------------------------------------------------------------- products
+
+
+def _matmul(ctx: Ctx, ins: list[Any]) -> Tensor:
+    a, b = ctx.t(ins[0]), ctx.t(ins[1])
+    return a @ b
+
+
+def _gemm(ctx: Ctx, ins: list[Any]) -> Tensor:
+    a, b = ctx.t(ins[0]), ins[1]
+    if ctx.attr("transA", 0):
+        a = a.T
+    if isinstance(b, np.ndarray):
+        b = ctx.t(np.ascontiguousarray(b.T) if ctx.attr("transB", 0) else b)
+    else:
+        b = b.T if ctx.attr("transB", 0) else b
+    y = a @ b
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = y * alpha
+    if len(ins) > 2 and ins[2] is not None:
+        c = ctx.t(ins[2]).astype(y.dtype)
+        y = y + (c * beta if beta != 1.0 else c)
+    return y
+
+
+register("MatMul", _matmul)
+register("Gemm", _gemm)
+
+
+def _einsum(ctx: Ctx, ins: list[Any]) -> Tensor:
+    """Einsum as one broadcast multiply and a sum (no repeated indices within one operand)."""
+    eq = str(ctx.attr("equation")).replace(" ", "")
+    lhs, _, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    ts = [ctx.t(x) for x in ins]
+    if any("." in t for t in terms) or any(len(set(t)) != len(t) for t in terms):
+        raise ctx.unsupported(f"Einsum equation {eq!r} (ellipsis or repeated indices)")
+    if not rhs and "->" not in eq:
+        rhs = "".join(sorted(c for c in set("".join(terms)) if "".join(terms).count(c) == 1))
+    letters = list(rhs) + sorted(set("".join(terms)) - set(rhs))
+    sizes: dict[str, int] = {}
+    aligned = []
+    for term, t in zip(terms, ts, strict=True):
+        for c, s in zip(term, t.shape, strict=True):
+            sizes[c] = max(sizes.get(c, 1), s)
+        perm = [term.index(c) for c in letters if c in term]
+        t = t.permute(*perm)
+        shape = [t.shape[[c for c in letters if c in term].index(c)] if c in term else 1 for c in letters]
+        aligned.append(t.reshape(*shape))
+    prod = aligned[0]
+    for t in aligned[1:]:
+        prod = prod * t
+    red = tuple(range(len(rhs), len(letters)))
+    out = prod.sum(red) if red else prod
+    return out.expand(*(sizes[c] for c in rhs)) if rhs else out
+
+
+register("Einsum", _einsum)
+
+
+def _dropout(ctx: Ctx, ins: list[Any]) -> Any:
+    x = ins[0]
+    if ctx.opset >= 12 and len(ins) > 2 and ins[2] is not None and bool(ctx.host(ins[2], "training_mode")):
+        ratio = float(ctx.host(ins[1], "ratio")) if len(ins) > 1 and ins[1] is not None else 0.5
+        if ratio != 0.0:
+            raise ctx.unsupported("Dropout in training mode is not supported (inference only)")
+    mask = np.ones(tuple(x.shape), dtype=np.bool_)
+    return [x, mask]
+
+
+register("Dropout", _dropout)
+
+# ---------------------------------------------------------------- resizing
+
+
+def _resize(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x = ctx.t(ins[0])
+    mode = ctx.attr("mode", "nearest")
+    if ctx.node.op_type == "Upsample":
+        scales = list(ctx.host(ins[1], "scales").astype(np.float64))
+        sizes = [int(math.floor(s * f)) for s, f in zip(x.shape, scales, strict=True)]
+        ctm = "asymmetric"
+    else:
+        sizes_in = ins[3] if len(ins) > 3 else None
+        scales_in = ins[2] if len(ins) > 2 else None
+        if ctx.attr("axes") is not None or ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise ctx.unsupported("Resize axes / keep_aspect_ratio_policy are not supported")
+        if sizes_in is not None and ctx.host(sizes_in, "sizes").size:
+            sizes = ctx.ints(sizes_in, "sizes")
+            scales = [o / i for o, i in zip(sizes, x.shape, strict=True)]
+        else:
+            scales = list(ctx.host(scales_in, "scales").astype(np.float64))
+            sizes = [int(math.floor(s * f)) for s, f in zip(x.shape, scales, strict=True)]
+        ctm = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    if mode not in ("nearest", "linear"):
+        raise ctx.unsupported(f"Resize mode {mode!r} (nearest and linear are supported)")
+    y = x
+    for a in range(x.ndim):
+        if sizes[a] != x.shape[a] or scales[a] != 1.0:
+            y = _resize_axis(ctx, y, a, sizes[a], scales[a], mode, ctm)
+    return y
+
+
+def _src_coord(ctx: Ctx, out: np.ndarray, n_in: int, n_out: int, scale: float, ctm: str) -> np.ndarray:
+    if ctm == "half_pixel":
+        return (out + 0.5) / scale - 0.5
+    if ctm == "pytorch_half_pixel":
+        return (out + 0.5) / scale - 0.5 if n_out > 1 else np.zeros_like(out)
+    if ctm == "align_corners":
+        return out * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(out)
+    if ctm == "asymmetric":
+        return out / scale
+    if ctm == "half_pixel_symmetric":
+        adj = n_out / (scale * n_in)
+        center = n_in / 2 * (1 - adj)
+        return (out + 0.5) / scale - 0.5 + center
+    raise ctx.unsupported(f"Resize coordinate_transformation_mode {ctm!r}")
+
+
+def _resize_axis(ctx: Ctx, x: Tensor, a: int, n_out: int, scale: float, mode: str, ctm: str) -> Tensor:
+    """Resample one axis by a constant (n_out, n_in) interpolation matrix."""
+    n_in = x.shape[a]
+    src = _src_coord(ctx, np.arange(n_out, dtype=np.float64), n_in, n_out, scale, ctm)
+    mat = np.zeros((n_out, n_in), np.float32)
+    if mode == "nearest":
+        nm = ctx.attr("nearest_mode", "round_prefer_floor")
+        if nm == "round_prefer_floor":
+            idx = np.where(src - np.floor(src) == 0.5, np.floor(src), np.round(src))
+        elif nm == "round_prefer_ceil":
+            idx = np.floor(src + 0.5)
+        elif nm == "floor":
+            idx = np.floor(src)
+        else:
+            idx = np.ceil(src)
+        idx = np.clip(idx, 0, n_in - 1).astype(np.int64)
+        mat[np.arange(n_out), idx] = 1.0
+    else:
+        s = np.clip(src, 0, n_in - 1)
+        lo = np.floor(s).astype(np.int64)
+        hi = np.minimum(lo + 1, n_in - 1)
+        frac = (s - lo).astype(np.float32)
+        np.add.at(mat, (np.arange(n_out), lo), 1.0 - frac)
+        np.add.at(mat, (np.arange(n_out), hi), frac)
+    moved = x.transpose(a, -1) if a != x.ndim - 1 else x
+    y = moved.astype(dtypes.float32) @ ctx.t(mat.T.copy())
+    y = y.astype(x.dtype)
+    return y.transpose(a, -1) if a != x.ndim - 1 else y
+
+
+register("Resize", _resize)
+register("Upsample", _resize)

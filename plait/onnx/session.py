@@ -1,0 +1,178 @@
+"""`InferenceSession`: ONNX Runtime's surface over compiled plait plans.
+
+One Plan per input-shape signature (symbolic dims recompile per concrete shape; plans are cached), so `run`
+only validates the feed, copies inputs in, replays the kernels and copies outputs out.
+
+>>> import numpy as np, onnx, plait.onnx
+>>> from onnx import helper, TensorProto as T
+>>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+...     [helper.make_tensor_value_info("x", T.FLOAT, ["n", 2])], [helper.make_tensor_value_info("y", T.FLOAT, ["n", 2])])
+>>> sess = plait.onnx.InferenceSession(helper.make_model(g).SerializeToString(), device="cpu")
+>>> sess.run(None, {"x": np.array([[-1.0, 2.0]], np.float32)})[0].tolist()
+[[0.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from plait.frontends.native.tensor import Tensor
+from plait.graph.node import Node
+from plait.onnx.errors import NeedValue, OnnxInputError
+from plait.onnx.importer import Importer, Value, compute_dtype, type_label
+from plait.onnx.loader import elem_np, load
+from plait.runtime import canonical, default_device
+from plait.schedule.plan import Plan
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output description, as ONNX Runtime's NodeArg: name, shape (ints, or str for symbolic dims,
+    None for unknown) and type ('tensor(float)')."""
+
+    name: str
+    shape: list[int | str | None]
+    type: str
+
+
+def _arg(v: onnx.ValueInfoProto) -> NodeArg:
+    tt = v.type.tensor_type
+    shape: list[int | str | None] = []
+    for d in tt.shape.dim:
+        shape.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+    return NodeArg(v.name, shape, type_label(tt.elem_type))
+
+
+@dataclass
+class _Compiled:
+    plan: Plan | None
+    placeholders: list[str]
+    outputs: list[Value]
+    input_of: dict[int, str]
+
+
+class InferenceSession:
+    """Run an ONNX model with plait: `InferenceSession(path_or_bytes, device="cpu").run(None, {"x": array})`."""
+
+    def __init__(self, path_or_bytes: str | os.PathLike[str] | bytes | onnx.ModelProto, device: str | None = None,
+                 **_ort_options: Any):
+        self._loaded = load(path_or_bytes)
+        self.device = canonical(device) if device else default_device()
+        self._importer = Importer(self._loaded, self.device)
+        graph = self._loaded.model.graph
+        inits = set(self._importer.initializers)
+        self._inputs = [v for v in graph.input if v.name not in inits]
+        self._outputs = list(graph.output)
+        self._value_inputs: set[str] = set()
+        self._plans: dict[Any, _Compiled] = {}
+
+    def get_inputs(self) -> list[NodeArg]:
+        return [_arg(v) for v in self._inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [_arg(v) for v in self._outputs]
+
+    def get_providers(self) -> list[str]:
+        return [f"plait:{self.device}"]
+
+    def _check_feed(self, feed: dict[str, Any]) -> dict[str, np.ndarray]:
+        known = {v.name for v in self._inputs}
+        for name in feed:
+            if name not in known:
+                raise OnnxInputError(f"input {name!r} is not an input of this model (inputs: {sorted(known)})")
+        out: dict[str, np.ndarray] = {}
+        for v in self._inputs:
+            if v.name not in feed:
+                raise OnnxInputError(f"input {v.name!r} is missing from the feed (inputs: {sorted(known)})")
+            arr = np.asarray(feed[v.name])
+            tt = v.type.tensor_type
+            want = elem_np(tt.elem_type)
+            if want is not None and arr.dtype != want:
+                raise OnnxInputError(
+                    f"input {v.name!r} has dtype {arr.dtype} but the model expects {type_label(tt.elem_type)}"
+                    f" ({want}); cast it with .astype(np.{want})"
+                )
+            dims = list(tt.shape.dim)
+            if tt.HasField("shape"):
+                if len(dims) != arr.ndim:
+                    raise OnnxInputError(
+                        f"input {v.name!r} has shape {arr.shape} (rank {arr.ndim}) but the model expects rank"
+                        f" {len(dims)}: {_arg(v).shape}"
+                    )
+                for i, d in enumerate(dims):
+                    if d.HasField("dim_value") and d.dim_value != arr.shape[i]:
+                        raise OnnxInputError(
+                            f"input {v.name!r} has shape {arr.shape} but the model expects {_arg(v).shape}"
+                            f" (axis {i} must be {d.dim_value})"
+                        )
+            out[v.name] = arr
+        return out
+
+    def _compile(self, feed: dict[str, np.ndarray]) -> _Compiled:
+        while True:
+            values = {n: feed[n] for n in self._value_inputs}
+            key = tuple((n, a.shape, a.dtype.str) for n, a in feed.items()) + tuple(
+                (n, a.tobytes()) for n, a in sorted(values.items())
+            )
+            hit = self._plans.get(key)
+            if hit is not None:
+                return hit
+            shapes = {n: (a.shape, compute_dtype(a.dtype, f"input {n!r}")) for n, a in feed.items()}
+            try:
+                placeholders, outs = self._importer.build(shapes, values)
+            except NeedValue as e:
+                if e.names <= self._value_inputs:
+                    raise
+                self._value_inputs |= e.names
+                continue
+            input_of = dict(self._importer.input_names)
+            nodes = [o.node for o in outs if isinstance(o, Tensor) and not o.node.realized]
+            plan = Plan(_unique(nodes), placeholders) if nodes else None
+            self._plans[key] = _Compiled(plan, [input_of[n.uid] for n in placeholders], outs, input_of)
+            return self._plans[key]
+
+    def run(self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list[np.ndarray]:
+        """Outputs `output_names` (None: all of them) for `input_feed` {input name: array}."""
+        feed = self._check_feed(input_feed)
+        c = self._compile(feed)
+        results: dict[int, np.ndarray] = {}
+        if c.plan is not None:
+            arrays = c.plan(*(feed[n] for n in c.placeholders))
+            results = {n.uid: a for n, a in zip(c.plan.outputs, arrays, strict=True)}
+        by_name = {o.name: i for i, o in enumerate(self._outputs)}
+        wanted = list(by_name) if output_names is None else list(output_names)
+        out = []
+        for name in wanted:
+            if name not in by_name:
+                raise OnnxInputError(f"output {name!r} is not an output of this model (outputs: {list(by_name)})")
+            i = by_name[name]
+            out.append(self._finish(c, c.outputs[i], results, feed, self._outputs[i]))
+        return out
+
+    @staticmethod
+    def _finish(c: _Compiled, v: Value, results: dict[int, np.ndarray], feed: dict[str, np.ndarray], info: Any) -> np.ndarray:
+        if isinstance(v, np.ndarray):
+            arr = v
+        elif v.node.uid in results:
+            arr = results[v.node.uid]
+        elif v.node.op == "input":
+            arr = feed[c.input_of[v.node.uid]]
+        else:
+            arr = v.numpy()
+        want = elem_np(info.type.tensor_type.elem_type)
+        return np.array(arr, dtype=want if want is not None else arr.dtype, copy=True)
+
+
+def _unique(nodes: list[Node]) -> list[Node]:
+    seen: set[int] = set()
+    out = []
+    for n in nodes:
+        if n.uid not in seen:
+            seen.add(n.uid)
+            out.append(n)
+    return out
