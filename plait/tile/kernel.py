@@ -12,6 +12,7 @@ memory tiles on OpenCL) instead.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +63,8 @@ def normalize(spec: Spec) -> Norm:
         free = [v for v in e.vars if v not in defs and not any(v in deps[w] for w in defs)]
         radix = _radix(e, free, ranges)
         if radix is not None:
-            fixed = _aff({v: c for v, c in e.terms if v not in radix})
+            digits = {v for v, _ in radix}
+            fixed = _aff({v: c for v, c in e.terms if v not in digits})
             t = o - fixed - e.const
             add_range(t, 0, None)
             for k, (v, c) in enumerate(radix):
@@ -121,7 +123,7 @@ def _radix(e: Aff, free: list[str], ranges: dict[str, tuple[int, int]]) -> list[
     terms = sorted(((v, e.coef(v)) for v in free), key=lambda t: t[1])
     if len(terms) < 2 or terms[0][1] <= 0:
         return None
-    for (v, c), (_, c2) in zip(terms, terms[1:]):
+    for (v, c), (_, c2) in itertools.pairwise(terms):
         lo, hi = ranges[v]
         if lo != 0 or c2 != c * hi:
             return None
@@ -508,7 +510,7 @@ def gemm_spec(spec: Spec, srcs: tuple[Node, ...], inputs: list[Node]) -> gemm.Ge
     bst = []
     for st in (sa, sb):
         dims = [(s, st.get(v, 0)) for v, s in zip(batch, spec.out_shape) if s != 1]
-        for (_, s0), (d1, s1) in zip(dims, dims[1:]):
+        for (_, s0), (d1, s1) in itertools.pairwise(dims):
             if s0 != d1 * s1:
                 return None
         bst.append(dims[-1][1] if dims else 0)

@@ -277,8 +277,9 @@ def infer_ranges(
     shapes: tuple[tuple[int, ...], ...],
     declared: dict[str, int],
 ) -> tuple[tuple[str, int, int], ...]:
-    """Give every index a range [lo, hi): declared sizes first, then the largest range for which some
-    output or (unpadded) operand access stays in bounds, intersected over accesses. Checks that shapes agree."""
+    """Give every index a range [lo, hi): its declared size, else the positions for which every output or
+    unpadded operand dimension addressed by that index alone (times an integer, plus a constant) stays in
+    bounds. Indices that only appear combined with others must be declared. Checks that shapes agree."""
     text = f"{out_name}[{', '.join(map(str, out_idx))}] ... {fmt(expr, names)}"
     dims: list[tuple[Aff, int, str]] = [
         (a, s, _where(out_name, out_idx, d)) for d, (a, s) in enumerate(zip(out_idx, out_shape))
@@ -313,29 +314,22 @@ def infer_ranges(
             exact.setdefault(v, (s, where))
     ranges: dict[str, tuple[int, int]] = {v: (0, n) for v, n in declared.items()}
     allv = spec_vars(out_idx, expr, constraints)
-    while True:
-        found: dict[str, tuple[int, int]] = {}
-        for a, s, _ in dims:
-            free = [v for v in a.vars if v not in ranges]
-            if len(free) != 1:
-                continue
-            v = free[0]
-            c = a.coef(v)
-            rest = Aff(tuple(t for t in a.terms if t[0] != v), a.const)
-            rlo, rhi = rest.interval(ranges)
-            # 0 <= c*v + r <= s-1 for some r in [rlo, rhi]
-            lo_t, hi_t = -rhi, s - 1 - rlo
-            lo, hi = (-(-lo_t // c), hi_t // c) if c > 0 else (-(-hi_t // c), lo_t // c)
-            old = found.get(v, (lo, hi + 1))
-            found[v] = (max(old[0], lo), min(old[1], hi + 1))
-        if not found:
-            break
-        ranges.update(found)
+    found: dict[str, tuple[int, int]] = {}
+    for a, s, _ in dims:
+        if len(a.terms) != 1 or a.vars[0] in ranges:
+            continue
+        v, c = a.terms[0]
+        # 0 <= c*v + const <= s-1
+        lo_t, hi_t = -a.const, s - 1 - a.const
+        lo, hi = (-(-lo_t // c), hi_t // c) if c > 0 else (-(-hi_t // c), lo_t // c)
+        old = found.get(v, (lo, hi + 1))
+        found[v] = (max(old[0], lo), min(old[1], hi + 1))
+    ranges.update(found)
     for v in allv:
         if v not in ranges:
             raise TileError(
                 f"index '{v}' is unbound in {text}: no output or operand dimension fixes its range; "
-                f"give it a range with tile.index('{v}', n) or use it alone in an access"
+                f"give it a range with tile.index('{v}', n) (it only appears combined with other indices)"
             )
         lo, hi = ranges[v]
         if hi <= lo:
