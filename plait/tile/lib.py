@@ -1,3 +1,4 @@
+# ruff: noqa: E741  (Tile notation names tensors I, O, K as in the contraction formulas)
 """Standard contractions written in Tile, plus two that no standard library has.
 
 Every op here is a few lines of index arithmetic; forward kernels, gradients and their kernels all come from
