@@ -8,9 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 
-def measure(fn: Callable[[], Any], sync: Callable[[], Any] | None = None, warmup: int = 2, iters: int = 10,
-            max_seconds: float = 20.0) -> dict[str, float]:
-    """Run fn `warmup` times, then up to `iters` timed runs (fewer if they exceed max_seconds); times in ms."""
+def measure(
+    fn: Callable[[], Any],
+    sync: Callable[[], Any] | None = None,
+    warmup: int = 2,
+    iters: int = 10,
+    max_seconds: float = 20.0,
+) -> dict[str, Any]:
+    """Run fn `warmup` times, then up to `iters` timed runs (at least 3, fewer than `iters` once they pass
+    `max_seconds`), each ended by `sync`. Times in ms: median, quartiles, min, max, and every sample."""
     for _ in range(warmup):
         fn()
     if sync:
@@ -25,10 +31,15 @@ def measure(fn: Callable[[], Any], sync: Callable[[], Any] | None = None, warmup
         times.append((time.perf_counter() - t0) * 1e3)
         if time.perf_counter() - start > max_seconds and len(times) >= 3:
             break
-    times.sort()
+    ordered = sorted(times)
+    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 3
     return {
-        "median_ms": statistics.median(times),
-        "min_ms": times[0],
-        "max_ms": times[-1],
+        "median_ms": statistics.median(ordered),
+        "p25_ms": q[0],
+        "p75_ms": q[2],
+        "min_ms": ordered[0],
+        "max_ms": ordered[-1],
         "iters": len(times),
+        "warmup": warmup,
+        "samples_ms": [round(t, 4) for t in times],
     }

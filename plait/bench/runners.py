@@ -1,0 +1,389 @@
+"""One runner per framework behind one small interface: `prepare(case)` gives a `Prepared` whose `check()` returns
+the outputs to compare with PyTorch eager and whose `step()` is what gets timed; `sync()` waits for the device.
+
+Inference outputs are the logits. A training step is forward + cross-entropy + backward + SGD update; its check
+outputs are the loss and the change of the model's first parameter, so a wrong gradient cannot pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from plait.bench.models import BenchModel
+
+
+@dataclass
+class Case:
+    """One cell's work: a model with its initial weights, a mode ('infer' or 'train'), a batch and its data."""
+
+    model: BenchModel
+    mode: str
+    batch: int
+    x: np.ndarray
+    y: np.ndarray
+    torch_model: Any  # the reference module holding the initial weights; runners copy it, never change it
+    lr: float = 0.01
+
+
+@dataclass
+class Prepared:
+    check: Callable[[], list[np.ndarray]]
+    step: Callable[[], Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def freeze_dropout(module: Any) -> None:
+    """Dropout is random, so no two frameworks agree on it: the training step runs with dropout off everywhere."""
+    for m in module.modules():
+        if type(m).__name__.startswith("Dropout"):
+            m.eval()
+
+
+def first_param(module: Any) -> tuple[str, Any]:
+    return next(iter(module.named_parameters()))
+
+
+class Runner:
+    """A framework on a device. `unavailable()` says why it cannot run at all (None when it can)."""
+
+    name = ""
+    modes: tuple[str, ...] = ("infer", "train")
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+    def prepare(self, case: Case) -> Prepared:
+        raise NotImplementedError
+
+    def predictor(self, case: Case) -> Callable[[np.ndarray], np.ndarray]:
+        """A function from an input batch (of case.batch rows) to logits, for the tasks' data loops."""
+        raise NotImplementedError
+
+    def trainer(self, case: Case) -> Callable[[np.ndarray, np.ndarray], None]:
+        """One SGD step on a batch (x, labels), from case.torch_model's weights, for the tasks' data loops."""
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        pass
+
+
+class TorchRunner(Runner):
+    """PyTorch eager (`compile=False`) or torch.compile with its default backend (`compile=True`)."""
+
+    def __init__(self, device: str = "cpu", compile: bool = False):
+        self.device = device
+        self.compile = compile
+        self.name = "torch.compile" if compile else "torch"
+
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        return {"device": self.device, "backend": "inductor" if self.compile else "eager", "version": torch.__version__}
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+
+    def prepare(self, case: Case) -> Prepared:
+        import torch
+
+        model = copy.deepcopy(case.torch_model).to(self.device)
+        x = torch.from_numpy(case.x).to(self.device)
+        fn = torch.compile(model) if self.compile else model
+        if case.mode == "infer":
+            model.eval()
+
+            def infer() -> Any:
+                with torch.no_grad():
+                    return fn(x)
+
+            return Prepared(lambda: [infer().float().cpu().numpy()], infer)
+        y = torch.from_numpy(case.y).to(self.device)
+        model.train()
+        freeze_dropout(model)
+        opt = torch.optim.SGD(model.parameters(), lr=case.lr)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        _, probe = first_param(model)
+
+        def train() -> Any:
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(fn(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        def check() -> list[np.ndarray]:
+            before = probe.detach().cpu().numpy().copy()
+            loss = train()
+            return [np.array(loss.item(), np.float32), probe.detach().cpu().numpy() - before]
+
+        return Prepared(check, train)
+
+    def predictor(self, case: Case) -> Callable[[np.ndarray], np.ndarray]:
+        import torch
+
+        model = copy.deepcopy(case.torch_model).to(self.device).eval()
+        fn = torch.compile(model) if self.compile else model
+
+        def predict(x: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return np.asarray(fn(torch.from_numpy(x).to(self.device)).float().cpu().numpy())
+
+        return predict
+
+    def trainer(self, case: Case) -> Callable[[np.ndarray, np.ndarray], None]:
+        import torch
+
+        model = copy.deepcopy(case.torch_model).to(self.device).train()
+        freeze_dropout(model)
+        fn = torch.compile(model) if self.compile else model
+        opt = torch.optim.SGD(model.parameters(), lr=case.lr)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def step(x: np.ndarray, y: np.ndarray) -> None:
+            opt.zero_grad(set_to_none=True)
+            loss_fn(fn(torch.from_numpy(x).to(self.device)), torch.from_numpy(y).to(self.device)).backward()
+            opt.step()
+
+        return step
+
+
+class PlaitRunner(Runner):
+    """plait's own twin of the model (plait.nn), weights loaded from the PyTorch model's state_dict. Inference is a
+    plait.jit plan replayed on device-resident input; training builds the step lazily and runs it as plans."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.name = f"plait:{device}"
+
+    def info(self) -> dict[str, Any]:
+        import plait
+        from plait.runtime import get_device
+
+        dev = get_device(self.device)
+        return {
+            "device": self.device,
+            "device_name": dev.info.name,
+            "driver": dev.info.driver,
+            "version": plait.__version__,
+        }
+
+    def sync(self) -> None:
+        from plait.runtime import get_device
+
+        get_device(self.device).synchronize()
+
+    def _model(self, case: Case) -> Any:
+        model = case.model.plait_factory(self.device)
+        model.load_state_dict({k: v.detach().cpu().numpy() for k, v in case.torch_model.state_dict().items()})
+        return model
+
+    def prepare(self, case: Case) -> Prepared:
+        import plait
+
+        model = self._model(case)
+        if case.mode == "infer":
+            model.eval()
+            f = plait.jit(lambda t: model(t), device=self.device)
+            plan, _ = f.plan_for([case.x])
+
+            return Prepared(lambda: [np.asarray(f(case.x), np.float32)], plan.run)
+        model.train()
+        freeze_dropout(model)
+        opt = plait.optim.SGD(model.parameters(), lr=case.lr)
+        loss_fn = plait.nn.CrossEntropyLoss()
+        x = plait.Tensor.from_numpy(case.x, device=self.device)
+        y = plait.Tensor.from_numpy(case.y, device=self.device)
+        _, probe = first_param(model)
+
+        def forward_backward() -> Any:
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            return loss
+
+        def train() -> None:
+            forward_backward()
+            opt.step()
+
+        def check() -> list[np.ndarray]:
+            before = probe.numpy().copy()
+            loss = float(forward_backward().item())
+            opt.step()
+            return [np.array(loss, np.float32), probe.numpy() - before]
+
+        return Prepared(check, train)
+
+    def predictor(self, case: Case) -> Callable[[np.ndarray], np.ndarray]:
+        import plait
+
+        model = self._model(case).eval()
+        f = plait.jit(lambda t: model(t), device=self.device)
+        return lambda x: np.asarray(f(x))
+
+    def trainer(self, case: Case) -> Callable[[np.ndarray, np.ndarray], None]:
+        import plait
+
+        model = self._model(case).train()
+        freeze_dropout(model)
+        opt = plait.optim.SGD(model.parameters(), lr=case.lr)
+        loss_fn = plait.nn.CrossEntropyLoss()
+
+        def step(x: np.ndarray, y: np.ndarray) -> None:
+            opt.zero_grad()
+            loss_fn(
+                model(plait.Tensor.from_numpy(x, device=self.device)), plait.Tensor.from_numpy(y, device=self.device)
+            ).backward()
+            opt.step()
+
+        return step
+
+
+def export_onnx(case: Case) -> bytes:
+    """The reference model as ONNX (TorchScript exporter: it needs no onnxscript), for this case's batch."""
+    import torch
+
+    model = copy.deepcopy(case.torch_model).eval()
+    buf = io.BytesIO()
+    torch.onnx.export(
+        model,
+        (torch.from_numpy(case.x),),
+        buf,  # type: ignore[arg-type]  # the TorchScript exporter writes to file-like objects too
+        input_names=["x"],
+        output_names=["logits"],
+        opset_version=17,
+        dynamo=False,
+    )
+    return buf.getvalue()
+
+
+class OnnxRuntimeRunner(Runner):
+    """ONNX Runtime on the exported model, `intra_op_num_threads` set to the run's thread count. Inference only."""
+
+    name = "onnxruntime"
+    modes = ("infer",)
+
+    def __init__(self, threads: int, cuda: bool = False):
+        self.threads = threads
+        self.cuda = cuda
+
+    def unavailable(self) -> str | None:
+        return None if importlib.util.find_spec("onnxruntime") else "onnxruntime is not installed"
+
+    def providers(self) -> list[str]:
+        import onnxruntime as ort
+
+        if self.cuda and "CUDAExecutionProvider" in ort.get_available_providers():
+            return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        return ["CPUExecutionProvider"]
+
+    def info(self) -> dict[str, Any]:
+        import onnxruntime as ort
+
+        return {
+            "version": ort.__version__,
+            "providers": self.providers(),
+            "intra_op_num_threads": self.threads,
+            "inter_op_num_threads": 1,
+            "graph_optimization_level": "ORT_ENABLE_ALL",
+        }
+
+    def _session(self, case: Case) -> Any:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        return ort.InferenceSession(export_onnx(case), opts, providers=self.providers())
+
+    def prepare(self, case: Case) -> Prepared:
+        sess, feed = self._session(case), {"x": case.x}
+        return Prepared(lambda: [sess.run(None, feed)[0]], lambda: sess.run(None, feed))
+
+    def predictor(self, case: Case) -> Callable[[np.ndarray], np.ndarray]:
+        sess = self._session(case)
+        return lambda x: np.asarray(sess.run(None, {"x": x})[0])
+
+
+class PlaitOnnxRunner(Runner):
+    """plait.onnx.InferenceSession on the same exported model. Inference only."""
+
+    modes = ("infer",)
+
+    def __init__(self, device: str):
+        self.device = device
+        self.name = f"plait-onnx:{device}"
+
+    def unavailable(self) -> str | None:
+        try:
+            from plait.onnx import InferenceSession  # noqa: F401
+        except ImportError as e:
+            return f"plait.onnx.InferenceSession is not available ({e})"
+        return None
+
+    def info(self) -> dict[str, Any]:
+        return {"device": self.device}
+
+    def sync(self) -> None:
+        from plait.runtime import get_device
+
+        get_device(self.device).synchronize()
+
+    def prepare(self, case: Case) -> Prepared:
+        from plait.onnx import InferenceSession
+
+        sess = InferenceSession(export_onnx(case), device=self.device)
+        feed = {"x": case.x}
+        return Prepared(lambda: [np.asarray(sess.run(None, feed)[0])], lambda: sess.run(None, feed))
+
+    def predictor(self, case: Case) -> Callable[[np.ndarray], np.ndarray]:
+        from plait.onnx import InferenceSession
+
+        sess = InferenceSession(export_onnx(case), device=self.device)
+        return lambda x: np.asarray(sess.run(None, {"x": x})[0])
+
+
+class MissingRunner(Runner):
+    """A framework plait bench knows of but cannot run here; every cell is skipped with the reason."""
+
+    def __init__(self, name: str, module: str):
+        self.name = name
+        self.module = module
+
+    def unavailable(self) -> str | None:
+        if importlib.util.find_spec(self.module) is None:
+            return f"{self.name} is not installed"
+        return f"{self.name} is installed, but plait bench has no {self.name} runner yet (docs/bench.md)"
+
+
+FRAMEWORKS = ("plait", "torch", "torch.compile", "onnxruntime", "plait-onnx", "tinygrad", "tensorflow")
+
+
+def make_runners(frameworks: list[str], devices: list[str], threads: int, torch_device: str) -> list[Runner]:
+    """Runners for the chosen framework names; 'plait' and 'plait-onnx' get one runner per plait device."""
+    out: list[Runner] = []
+    for fw in frameworks:
+        if fw == "plait":
+            out += [PlaitRunner(d) for d in devices]
+        elif fw == "plait-onnx":
+            out += [PlaitOnnxRunner(d) for d in devices]
+        elif fw in ("torch", "torch.compile"):
+            out.append(TorchRunner(torch_device, compile=fw == "torch.compile"))
+        elif fw == "onnxruntime":
+            out.append(OnnxRuntimeRunner(threads, cuda=torch_device.startswith("cuda")))
+        else:
+            out.append(MissingRunner(fw, fw))
+    return out
