@@ -26,6 +26,13 @@ from plait import models, nn, optim  # noqa: E402  (after Tensor: they build on 
 __version__ = "0.1.0"
 
 
+def explain(model: object, *example_inputs: object, **kwargs: object) -> object:
+    """Which ops of a PyTorch model run in plait under torch.compile(backend="plait"), and how many kernels."""
+    from plait.frontends.torch import explain as _explain
+
+    return _explain(model, *example_inputs, **kwargs)  # type: ignore[arg-type]
+
+
 def devices() -> list[dict[str, object]]:
     """Every device plait sees: name, kind, usable, and either its properties or why it cannot be used."""
     from plait.runtime.discovery import list_devices
@@ -35,6 +42,6 @@ def devices() -> list[dict[str, object]]:
 
 __all__ = [
     "CompileError", "DTypeError", "DeviceError", "PlaitError", "ShapeError", "Tensor", "TileError", "UnsupportedError",
-    "bool_", "cat", "concatenate", "default_device", "devices", "dtypes", "float16", "float32", "int32", "int64", "jit",
+    "bool_", "cat", "concatenate", "default_device", "devices", "dtypes", "explain", "float16", "float32", "int32", "int64", "jit",
     "matmul", "maximum", "minimum", "no_grad", "stack", "tensor", "where",
 ]
