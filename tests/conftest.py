@@ -8,12 +8,19 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck
 from hypothesis import settings as hyp_settings
 
 from plait import settings
 from plait.runtime.discovery import usable_devices
 
-hyp_settings.register_profile("plait", max_examples=settings.get("PLAIT_HYPOTHESIS_EXAMPLES"), deadline=None)
+# `device` is a plain string, so sharing it across generated examples is safe
+hyp_settings.register_profile(
+    "plait",
+    max_examples=settings.get("PLAIT_HYPOTHESIS_EXAMPLES"),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 hyp_settings.load_profile("plait")
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from plait import settings
 from plait.codegen import gemm
 from plait.codegen.cstyle import RenderedKernel
-from plait.errors import PlaitError
+from plait.errors import CompileError, PlaitError
 from plait.graph.node import Node
 from plait.graph.ops import OPS
 from plait.runtime import get_device
@@ -27,7 +27,11 @@ def render(device: Device, item: Item) -> RenderedKernel:
         from plait.tune import knobs_for
 
         knobs = knobs_for(device, "gemm", item.gemm)
-        return gemm.render_c(item.gemm, knobs) if r.dialect == "c" else gemm.render_opencl(item.gemm, knobs)
+        epi = None
+        if "epilogue" in item.extra:
+            epi = gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
+        render_fn = gemm.render_c if r.dialect == "c" else gemm.render_opencl
+        return render_fn(item.gemm, knobs, r, epi)
     if item.kind in ("custom", "contract"):
         kernel = OPS[item.out.op].kernel
         assert kernel is not None
@@ -50,6 +54,23 @@ def _dump(kernel: RenderedKernel) -> None:
         (path / f"{kernel.name}.src").write_text(kernel.source)
 
 
+def _compile(device: Device, kernels: list[RenderedKernel], items: list[Item]) -> list[Any]:
+    """Build the kernels; a build failure is re-raised naming the op and shapes of the kernel that failed."""
+    try:
+        return list(device.compile_batch([(k.source, k.name) for k in kernels]))
+    except CompileError as e:
+        failed = [(k, item) for k, item in zip(kernels, items, strict=True) if k.name in str(e)] or list(
+            zip(kernels, items, strict=True)
+        )
+        k, item = failed[0]
+        ins = ", ".join(f"{n.op} {n.shape} {n.dtype.name}" for n in item.inputs) or "no inputs"
+        raise CompileError(
+            f"{device.name}: cannot build kernel {k.name} computing {item.out.op} -> shape {item.out.shape}"
+            f" {item.out.dtype.name} from ({ins}). Try device='cpu', set PLAIT_DUMP_DIR to keep the generated source,"
+            f" and report it.\n{e}"
+        ) from e
+
+
 def _alloc(device: Device, node: Node) -> Buffer:
     buf = device.allocator.alloc(node.size * node.dtype.itemsize)
     return buf
@@ -68,7 +89,10 @@ class Plan:
         self.buffers: dict[int, Buffer] = {}
         for node in self.inputs:
             self.buffers[node.uid] = _alloc(self.device, node)
-        self.items = schedule(outputs, self.device.renderer.__dict__.get("split_parts", 256 if self.device.renderer.dialect == "opencl" else 16))
+        self.items = schedule(
+            outputs,
+            self.device.renderer.__dict__.get("split_parts", 256 if self.device.renderer.dialect == "opencl" else 16),
+        )
         self.kernels: list[RenderedKernel] = []
         self.launches: list[Any] = []
         pending: list[tuple[RenderedKernel, list[Buffer]]] = []
@@ -82,7 +106,9 @@ class Plan:
             k = render(self.device, item)
             _dump(k)
             pending.append((k, [out_buf] + [self._buffer_of(n) for n in item.inputs]))
-        programs = self.device.compile_batch([(k.source, k.name) for k, _ in pending])
+        programs = _compile(
+            self.device, [k for k, _ in pending], [i for i in self.items if i.kind != "alias" and i.out.size]
+        )
         for (k, bufs), prog in zip(pending, programs, strict=True):
             self.kernels.append(k)
             self.launches.append(prog.bind(bufs, k.global_size, k.local_size))
