@@ -42,8 +42,8 @@ class Progress:
         self.start = time.perf_counter()
         self.tty = sys.stderr.isatty()
 
-    def show(self, label: str) -> None:
-        if not self.enabled:
+    def show(self, label: str, final: bool = False) -> None:
+        if not self.enabled or not (self.tty or final):
             return
         width = 24
         filled = width * self.done // max(self.total, 1)
@@ -59,7 +59,7 @@ class Progress:
 
     def advance(self, label: str) -> None:
         self.done += 1
-        self.show(label)
+        self.show(label, final=True)
 
     def close(self) -> None:
         if self.enabled and self.tty:

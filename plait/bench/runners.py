@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import io
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,14 @@ class Case:
     y: np.ndarray
     torch_model: Any  # the reference module holding the initial weights; runners copy it, never change it
     lr: float = 0.01
+
+
+@dataclass
+class Trainer:
+    """SGD steps on batches, then predictions from the trained weights (the tasks' training loops)."""
+
+    step: Callable[[np.ndarray, np.ndarray], None]
+    predict: Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass
@@ -69,8 +78,8 @@ class Runner:
         """A function from an input batch (of case.batch rows) to logits, for the tasks' data loops."""
         raise NotImplementedError
 
-    def trainer(self, case: Case) -> Callable[[np.ndarray, np.ndarray], None]:
-        """One SGD step on a batch (x, labels), from case.torch_model's weights, for the tasks' data loops."""
+    def trainer(self, case: Case) -> Trainer:
+        """SGD on batches (x, labels) from case.torch_model's weights, for the tasks' data loops."""
         raise NotImplementedError
 
     def sync(self) -> None:
@@ -143,7 +152,7 @@ class TorchRunner(Runner):
 
         return predict
 
-    def trainer(self, case: Case) -> Callable[[np.ndarray, np.ndarray], None]:
+    def trainer(self, case: Case) -> Trainer:
         import torch
 
         model = copy.deepcopy(case.torch_model).to(self.device).train()
@@ -157,7 +166,12 @@ class TorchRunner(Runner):
             loss_fn(fn(torch.from_numpy(x).to(self.device)), torch.from_numpy(y).to(self.device)).backward()
             opt.step()
 
-        return step
+        def predict(x: np.ndarray) -> np.ndarray:
+            model.eval()
+            with torch.no_grad():
+                return np.asarray(fn(torch.from_numpy(x).to(self.device)).float().cpu().numpy())
+
+        return Trainer(step, predict)
 
 
 class PlaitRunner(Runner):
@@ -233,7 +247,7 @@ class PlaitRunner(Runner):
         f = plait.jit(lambda t: model(t), device=self.device)
         return lambda x: np.asarray(f(x))
 
-    def trainer(self, case: Case) -> Callable[[np.ndarray, np.ndarray], None]:
+    def trainer(self, case: Case) -> Trainer:
         import plait
 
         model = self._model(case).train()
@@ -248,7 +262,15 @@ class PlaitRunner(Runner):
             ).backward()
             opt.step()
 
-        return step
+        compiled: list[Any] = []
+
+        def predict(x: np.ndarray) -> np.ndarray:
+            if not compiled:  # traced after training, so the plan holds the trained weights
+                model.eval()
+                compiled.append(plait.jit(lambda t: model(t), device=self.device))
+            return np.asarray(compiled[0](x))
+
+        return Trainer(step, predict)
 
 
 def export_onnx(case: Case) -> bytes:
@@ -257,15 +279,17 @@ def export_onnx(case: Case) -> bytes:
 
     model = copy.deepcopy(case.torch_model).eval()
     buf = io.BytesIO()
-    torch.onnx.export(
-        model,
-        (torch.from_numpy(case.x),),
-        buf,  # type: ignore[arg-type]  # the TorchScript exporter writes to file-like objects too
-        input_names=["x"],
-        output_names=["logits"],
-        opset_version=17,
-        dynamo=False,
-    )
+    with warnings.catch_warnings():  # the exporter's advice (dynamo exporter, GRU batch sizes) is not ours to act on
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (torch.from_numpy(case.x),),
+            buf,  # type: ignore[arg-type]  # the TorchScript exporter writes to file-like objects too
+            input_names=["x"],
+            output_names=["logits"],
+            opset_version=17,
+            dynamo=False,
+        )
     return buf.getvalue()
 
 
