@@ -45,7 +45,10 @@ def load(source: str | os.PathLike[str] | bytes | onnx.ModelProto) -> LoadedMode
             data = path.read_bytes()
             base_dir = path.resolve().parent
         model = _parse(data, name)
-    _check(model, name)
+    external = [t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    for t in external:
+        _external_bytes(t, base_dir, f"initializer {t.name!r}", read=False)
+    _check(model, name, name if external else None)
     return LoadedModel(model, _opset(model, name), base_dir, name)
 
 
@@ -63,11 +66,12 @@ def _parse(data: bytes, name: str) -> onnx.ModelProto:
     return model
 
 
-def _check(model: onnx.ModelProto, name: str) -> None:
+def _check(model: onnx.ModelProto, name: str, path: str | None) -> None:
+    """onnx's checker; a model with external data is checked from its path (already confined to its folder)."""
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise OnnxModelError(f"ONNX model {name}: it has no graph (the file is truncated or not an ONNX model)")
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(path if path is not None else model)
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OnnxModelError(f"ONNX model {name} is malformed: {msg}") from None
@@ -86,7 +90,7 @@ def _opset(model: onnx.ModelProto, name: str) -> int:
     return v
 
 
-def _external_bytes(t: TensorProto, base_dir: Path | None, what: str) -> bytes:
+def _external_bytes(t: TensorProto, base_dir: Path | None, what: str, read: bool = True) -> bytes:
     info = {e.key: e.value for e in t.external_data}
     location = info.get("location", "")
     if base_dir is None:
@@ -110,6 +114,8 @@ def _external_bytes(t: TensorProto, base_dir: Path | None, what: str) -> bytes:
             f"{what}: external data range [{offset}, {offset + length}) lies beyond the end of {location!r}"
             f" ({size} bytes); the file is truncated"
         )
+    if not read:
+        return b""
     with open(target, "rb") as f:
         f.seek(offset)
         return f.read(length)
