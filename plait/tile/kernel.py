@@ -173,21 +173,23 @@ class Renderer:
         shape = self.out.shape
         rank = len(shape)
         self.dj = max((d for d in range(rank) if shape[d] > 1), default=rank - 1) if rank else None
-        cands = [d for d in range(rank) if d != self.dj]
-        self.di = None
-        if cands:
-            reads = leaves(self.spec.expr)
-
-            def score(d: int) -> tuple[int, int, int]:
-                free = sum(1 for lf in reads if f"@{d}" not in self._closure(lf[2]))
-                return (shape[d] > 1, free, d)
-
-            best = max(cands, key=score)
-            if shape[best] > 1:
-                self.di = best
         c = self.r.dialect == "c"
         self.bn = 1 if self.dj is None else min(16 if c else 4, 1 << (shape[self.dj] - 1).bit_length())
-        self.bm = 1 if self.di is None else min(4, 1 << (shape[self.di] - 1).bit_length())
+        cands = [d for d in range(rank) if d != self.dj and shape[d] > 1]
+        self.di = None
+        bm = 8 if c else 4
+        if cands:
+            deps = [self._closure(lf[2]) for lf in leaves(self.spec.expr)]
+            jdep = [f"@{self.dj}" in dv for dv in deps]
+
+            def loads(d: int) -> tuple[float, int]:
+                # reads per reduction step per output element: a read that ignores the row dimension is
+                # shared by the BM rows of the block, one that ignores the column dimension by its BN columns
+                n = sum((bm if f"@{d}" in dv else 1) * (self.bn if j else 1) for dv, j in zip(deps, jdep))
+                return (n / (bm * self.bn), -d)
+
+            self.di = min(cands, key=loads)
+        self.bm = 1 if self.di is None else min(bm, 1 << (shape[self.di] - 1).bit_length())
 
     def _closure(self, affs: Any) -> set[str]:
         out: set[str] = set()
@@ -244,6 +246,12 @@ class Renderer:
         raw = f"({te}) / {c}" if c != 1 else f"({te})"
         if kind == "radix" and not rest[1]:
             raw = f"(({te}) / {c}) % {rest[0]}"
+        tlo, thi = t.interval(self.norm.ranges)
+        if kind == "div" and c == 1 and lo <= tlo and thi < hi:
+            home.names[v] = (
+                te if len(t.terms) == 1 and t.terms[0][1] == 1 and not t.const else self.tmp(home, self.idx_t, te, "x")
+            )
+            return home.names[v]
         home.names[v] = self.tmp(home, self.idx_t, _clamp(raw, lo, hi - 1), "x")
         return home.names[v]
 
@@ -364,12 +372,15 @@ class Renderer:
         rest = "blk"
         nbi = -(-shape[self.di] // self.bm) if self.di is not None else 1
         nbj = -(-shape[self.dj] // self.bn) if self.dj is not None else 1
-        sizes = [(d, shape[d], 1) for d in dims] + [(self.di, nbi, self.bm), (self.dj, nbj, self.bn)]
+        sizes: list[tuple[int | None, int, int]] = [(d, shape[d], 1) for d in dims] + [
+            (self.di, nbi, self.bm),
+            (self.dj, nbj, self.bn),
+        ]
         inner = 1
-        for d, n, step in reversed(sizes):
-            if d is None:
+        for bd, n, step in reversed(sizes):
+            if bd is None:
                 continue
-            name = f"ob{d}" if d in (self.di, self.dj) else f"o{d}"
+            name = f"ob{bd}" if bd in (self.di, self.dj) else f"o{bd}"
             coord = rest if inner == 1 else f"({rest} / {inner})"
             head.append(f"{self.idx_t} {name} = ({coord} % {n}){f' * {step}' if step != 1 else ''};")
             inner *= n
@@ -380,11 +391,11 @@ class Renderer:
         st = strides_of(shape)
         lin = [f"o{d} * {st[d]}" for d in dims if shape[d] > 1]
         guard = []
-        for d, slot in ((self.di, "bi"), (self.dj, "bj")):
-            if d is not None:
-                lin.append(f"(ob{d} + {slot}) * {st[d]}")
-                if shape[d] % (self.bm if slot == "bi" else self.bn):
-                    guard.append(f"ob{d} + {slot} < {shape[d]}")
+        for bd, slot in ((self.di, "bi"), (self.dj, "bj")):
+            if bd is not None:
+                lin.append(f"(ob{bd} + {slot}) * {st[bd]}")
+                if shape[bd] % (self.bm if slot == "bi" else self.bn):
+                    guard.append(f"ob{bd} + {slot} < {shape[bd]}")
         res = _finalize(r, spec.agg, out.dtype, "acc[bi][bj]")
         store = r.store(out.dtype, "b0", " + ".join(lin) or "0", res)
         tail = _nest(("bi", "bj"), self.bm, self.bn, [f"if ({' && '.join(guard)}) {store}" if guard else store])

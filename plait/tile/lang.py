@@ -19,7 +19,7 @@ from plait.graph.node import Node
 from plait.graph.ops import elementwise as ew
 from plait.tile.graph import _rekey, make_node
 from plait.tile.kernel import normalize
-from plait.tile.spec import AGGS, BINARY, Aff, Constraint, Spec, fmt, infer_ranges, leaves
+from plait.tile.spec import AGGS, Aff, Constraint, Spec, fmt, infer_ranges, leaves
 
 _TRACES: list[_Trace] = []
 
@@ -239,6 +239,17 @@ class Ref:
     """A tensor inside a tile op. `R[i, k + 1]` reads it; arithmetic on whole references (`O + bias`) builds
     ordinary plait elementwise ops, which fuse with their neighbours."""
 
+    __add__: Callable[[Ref, Any], Ref]
+    __radd__: Callable[[Ref, Any], Ref]
+    __sub__: Callable[[Ref, Any], Ref]
+    __rsub__: Callable[[Ref, Any], Ref]
+    __mul__: Callable[[Ref, Any], Ref]
+    __rmul__: Callable[[Ref, Any], Ref]
+    __truediv__: Callable[[Ref, Any], Ref]
+    __rtruediv__: Callable[[Ref, Any], Ref]
+    __pow__: Callable[[Ref, Any], Ref]
+    __neg__: Callable[[Ref], Ref]
+
     def __init__(self, node: Node | None, name: str):
         self._node = node
         self.name = name
@@ -313,7 +324,7 @@ for _op in (
     "__pow__",
 ):
     setattr(Ref, _op, _ref_binary(_op))
-Ref.__neg__ = lambda self: Ref((-self.tensor).node, self.name)  # type: ignore[attr-defined]
+setattr(Ref, "__neg__", lambda self: Ref((-self.tensor).node, self.name))  # noqa: B010
 
 
 class _Padded:
@@ -342,10 +353,10 @@ class _OutRead(Value):
     def t(self) -> tuple[Any, ...]:
         return self.out._read(self.idx, None).t
 
-    def __iadd__(self, v: Any) -> _Pending:
+    def __iadd__(self, v: Any) -> _Pending:  # type: ignore[misc,override]
         return _Pending("sum", self.idx, v)
 
-    def __imul__(self, v: Any) -> _Pending:
+    def __imul__(self, v: Any) -> _Pending:  # type: ignore[misc,override]
         return _Pending("prod", self.idx, v)
 
 
@@ -387,30 +398,28 @@ class Output(Ref):
     def _record(self, agg: str, key: tuple[Aff, ...], val: Value) -> None:
         tr = _trace("a contraction")
         assert agg in AGGS
-        text = f"{self.name}[{', '.join(map(str, key))}] {_AGG_TEXT[agg]} {fmt(val.t, None)}"
+        if len(key) != len(self._shape):
+            raise TileError(
+                f"{self.name}[{', '.join(map(str, key))}]: {len(key)} indices for output {self.name} of shape {self._shape}"
+            )
+        expr = val.t
+        order: list[Node] = []
+        for lf in leaves(expr):
+            if all(n is not lf[1] for n in order):
+                order.append(lf[1])
+        names = tuple(tr.names.get(n.uid, f"x{i}") for i, n in enumerate(order))
+        keyed = _rekey(expr, {id(n): i for i, n in enumerate(order)})
+        text = f"{self.name}[{', '.join(map(str, key))}] {_AGG_TEXT[agg]} {fmt(keyed, names)}"
         if self.agg is not None and self.agg != agg:
             raise TileError(
                 f"aggregation mixed within output {self.name}: it is written with {self.agg} and now with {agg} in {text}; "
                 "use one aggregation per output (write a second output and combine them)"
             )
-        if len(key) != len(self._shape):
-            raise TileError(f"{text}: {len(key)} indices for output {self.name} of shape {self._shape}")
-        expr = val.t
-        if any(op not in ("acc", "const", "where", *BINARY) and op not in _UNARY_NAMES for op in _ops(expr)):
-            raise TileError(f"{text}: unknown operation in the expression")
-        order: list[Node] = []
-        for lf in leaves(expr):
-            if all(n is not lf[1] for n in order):
-                order.append(lf[1])
         if not order:
             raise TileError(f"{text}: the expression reads no tensor; a contraction needs at least one input")
         devices = {n.device for n in order}
         if len(devices) > 1:
             raise TileError(f"{text}: operands live on different devices {sorted(devices)}; move them with .to()")
-        names = tuple(tr.names.get(n.uid, f"x{i}") for i, n in enumerate(order))
-        pos = {id(n): i for i, n in enumerate(order)}
-        keyed = _rekey(expr, pos)
-        text = f"{self.name}[{', '.join(map(str, key))}] {_AGG_TEXT[agg]} {fmt(keyed, names)}"
         allvars = {v for a in key for v in a.vars} | {v for lf in leaves(keyed) for a in lf[2] for v in a.vars}
         allvars |= {v for c in val.conds for v in c.expr.vars}
         for v in sorted(allvars):
@@ -418,7 +427,7 @@ class Output(Ref):
                 raise TileError(f"index '{v}' in {text} was not declared in this tile op; declare it with tile.index")
         declared = {v: s for v, s in tr.declared.items() if s is not None and v in allvars}
         shapes = tuple(n.shape for n in order)
-        ranges = infer_ranges(self.name, self._shape, key, keyed, val.conds, names, shapes, declared)
+        ranges = infer_ranges(text, self.name, self._shape, key, keyed, val.conds, names, shapes, declared)
         dt = self._dtype or _promote([n.dtype for n in order])
         self._dtype = dt
         spec = Spec(tr.name, self.name, self._shape, agg, key, ranges, val.conds, keyed, names, shapes)
@@ -439,15 +448,6 @@ class Output(Ref):
 
 
 _AGG_TEXT = {"sum": "+=", "prod": "*=", "assign": "=", "max": "= max", "min": "= min"}
-_UNARY_NAMES = ("neg", "exp", "log", "sqrt", "abs", "relu", "tanh", "sigmoid")
-
-
-def _ops(e: tuple[Any, ...]) -> list[str]:
-    out = [e[0]]
-    if e[0] not in ("acc", "const"):
-        for c in e[1:]:
-            out += _ops(c)
-    return out
 
 
 def _promote(dts: list[dtypes.DType]) -> dtypes.DType:

@@ -268,6 +268,7 @@ def _where(name: str, idx: tuple[Aff, ...], d: int) -> str:
 
 
 def infer_ranges(
+    text: str,
     out_name: str,
     out_shape: tuple[int, ...],
     out_idx: tuple[Aff, ...],
@@ -280,7 +281,6 @@ def infer_ranges(
     """Give every index a range [lo, hi): its declared size, else the positions for which every output or
     unpadded operand dimension addressed by that index alone (times an integer, plus a constant) stays in
     bounds. Indices that only appear combined with others must be declared. Checks that shapes agree."""
-    text = f"{out_name}[{', '.join(map(str, out_idx))}] ... {fmt(expr, names)}"
     dims: list[tuple[Aff, int, str]] = [
         (a, s, _where(out_name, out_idx, d)) for d, (a, s) in enumerate(zip(out_idx, out_shape))
     ]
