@@ -129,3 +129,20 @@ def test_opencl_probe_reports_a_device_that_cannot_build(monkeypatch):
     monkeypatch.setattr(cl, "Program", Broken)
     why = opencl._probe(cl, found[0])
     assert why is not None and "cannot build" in why and "simulated" in why
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="plait/runtime/cpu.py (lead's file): a cache entry with a valid checksum that is not a loadable library"
+    " (e.g. a cache dir shared with a host whose glibc differs) raises a raw OSError instead of being rebuilt",
+)
+def test_cpu_entry_with_valid_checksum_but_unloadable_library_is_rebuilt(tmp_path):
+    import plait.runtime.cpu as cpu
+
+    with settings.override(PLAIT_CACHE_DIR=str(tmp_path)):
+        dev = get_device("cpu")
+        name = f"k_unloadable_{np.random.default_rng().integers(10**9)}"
+        src = f"void {name}(float* restrict b0) {{ b0[0] = 7.0f; }}\n"
+        key = cache.key_of("cpu", dev.info.driver, " ".join(cpu.FLAGS + getattr(cpu, "LIBS", [])), src)
+        cache.put("cpu", key, b"\x7fELF not a shared object")
+        dev.compile(src, name)
