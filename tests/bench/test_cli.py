@@ -1,0 +1,91 @@
+"""`plait bench` end to end on a tiny model, and its user errors: one line on stderr, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from plait.bench.models import BenchModel
+from plait.cli import main
+from tests.bench.conftest import write_cifar
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--models", "resnet9000"], "unknown model 'resnet9000'"),
+        (["--frameworks", "torch,caffe"], "unknown framework 'caffe'"),
+        (["--modes", "infer-2"], "unknown mode 'infer-2'"),
+        (["--tasks", "mnist"], "unknown task 'mnist'"),
+        (["--tasks", "cifar", "--cifar", "/no/such/folder"], "--cifar /no/such/folder: no such folder"),
+        (["--tasks", "imdb", "--imdb", "/no/such/imdb.npz"], "--imdb /no/such/imdb.npz: no such file"),
+        (["--check", "/no/such/ref.json"], "--check /no/such/ref.json: no such file"),
+        (["--iters", "0"], "--iters must be positive"),
+    ],
+)
+def test_user_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str], thread_env: None) -> None:
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_data_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], thread_env: None) -> None:
+    folder = write_cifar(tmp_path / "cifar")
+    (folder / "data_batch_1").write_bytes(b"garbage")
+    (tmp_path / "imdb.npz").write_text("garbage")
+    assert main(["bench", "--tasks", "cifar", "--cifar", str(folder)]) == 2
+    assert "is not a CIFAR-10 python batch" in capsys.readouterr().err
+    assert main(["bench", "--tasks", "imdb", "--imdb", str(tmp_path / "imdb.npz")]) == 2
+    assert "is not an IMDB .npz file" in capsys.readouterr().err
+
+
+def test_subprocess_exit_code() -> None:
+    p = subprocess.run([sys.executable, "-m", "plait", "bench", "--models", "nope"], capture_output=True, text=True)
+    assert p.returncode == 2 and "unknown model 'nope'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_run_and_check(tiny: BenchModel, tmp_path: Path, capsys: pytest.CaptureFixture[str], thread_env: None) -> None:
+    out = tmp_path / "out"
+    argv = [
+        "bench",
+        "--models",
+        "tiny",
+        "--frameworks",
+        "plait,torch,onnxruntime,tinygrad",
+        "--device",
+        "cpu",
+        "--tasks",
+        "none",
+        "--iters",
+        "3",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert {c["status"] for c in result["cells"] if c["framework"] != "tinygrad"} <= {"ok", "skipped"}
+    assert result["environment"]["thread_env"]["OMP_WAIT_POLICY"] == "PASSIVE"
+    s = result["settings"]
+    assert s["torch"]["torch_threads"] == 1 and s["torch"]["tf32"] is False and s["iters"] == 3
+    assert result["runners"]["onnxruntime"]["intra_op_num_threads"] == 1
+    assert (out / "report.html").read_text().count("data:image/png;base64,") == 3
+    assert "| tiny | 1 |" in (out / "results.md").read_text()
+    capsys.readouterr()
+
+    reference = tmp_path / "ref.json"
+    for c in result["cells"]:
+        if c["status"] == "ok":
+            c["median_ms"] /= 100  # the reference run was 100x faster: everything regressed
+    reference.write_text(json.dumps(result))
+    assert main([*argv, "--check", str(reference)]) == 1
+    assert "REGRESSION" in capsys.readouterr().out
+    assert main([*argv, "--check", str(out / "results.json"), "--threshold", "100"]) == 0
