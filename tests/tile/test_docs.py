@@ -8,7 +8,9 @@ from pathlib import Path
 
 def test_tile_docs_run() -> None:
     path = Path(__file__).resolve().parents[2] / "docs" / "tile.md"
-    res = doctest.testfile(str(path), module_relative=False, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    res = doctest.testfile(
+        str(path), module_relative=False, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    )
     assert res.failed == 0, f"{res.failed} of {res.attempted} examples in docs/tile.md failed"
 
 
