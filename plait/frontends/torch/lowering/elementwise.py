@@ -292,3 +292,13 @@ def fill(x: Tensor, value: Any) -> Tensor:
 @register(aten.masked_fill.Scalar)
 def masked_fill(x: Tensor, mask: Tensor, value: Any) -> Tensor:
     return where(mask, Tensor.full((), value, x.dtype, x.device), x)
+
+
+@register(aten.log1p.default)
+def log1p(x: Tensor) -> Tensor:
+    return (x + 1.0).log()
+
+
+@register(aten.expm1.default)
+def expm1(x: Tensor) -> Tensor:
+    return x.exp() - 1.0
