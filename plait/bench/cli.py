@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         f"{', '.join(devices)} (torch on {torch_device}, {args.threads} threads)"
     )
     t0 = time.perf_counter()
+    load_start = env.load_average()
     progress = Progress(len(specs) * len(modes) * len(runners), enabled=not args.no_progress)
     cells = run_matrix(specs, modes, runners, s, torch_device, progress)
     progress.close()
@@ -158,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         "cells": cells,
         "tasks": task_rows,
         "environment": env.environment(args.threads, devices),
+        "load_average_start": load_start,
         "settings": {
             "command": "plait bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
             "dtype": "float32",

@@ -65,6 +65,14 @@ def _git_commit() -> str:
     return out.stdout.strip()
 
 
+def load_average() -> list[float]:
+    """The 1/5/15-minute load average: other work on the machine skews every timing, so it goes in the record."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
 def environment(threads: int, plait_devices: list[str]) -> dict[str, Any]:
     """Versions, host, devices and drivers, thread variables: what a reader needs to reproduce the numbers."""
     import numpy as np
@@ -97,6 +105,7 @@ def environment(threads: int, plait_devices: list[str]) -> dict[str, Any]:
             "cpu": cpu_name(),
             "cores": os.cpu_count(),
             "nvidia": _nvidia_driver(),
+            "load_average_end": load_average(),
         },
         "git_commit": _git_commit(),
         "versions": versions,

@@ -106,7 +106,7 @@ def run_cell(runner: Runner, case: Case, want: list[np.ndarray], s: Settings) ->
         got = prepared.check()
         runner.sync()
     except Exception as e:
-        return {"status": "error", "note": _short(e), "trace": traceback.format_exc(limit=-3)}
+        return {"status": "error", "note": _short(e), "trace": traceback.format_exc(limit=-6)}
     setup_s = time.perf_counter() - t0
     err, problem = _mismatch(mode, got, want)
     cell: dict[str, Any] = {"setup_s": round(setup_s, 3), "rel_error": err}

@@ -79,7 +79,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     devices = ", ".join(f"{k} ({v['name']})" for k, v in env["plait_devices"].items()) or "none"
     return [
         f"date {env['date']}; host {env['host']['cpu']} ({env['host']['cores']} cores)"
-        + (f", GPU {env['host']['nvidia']}" if env["host"].get("nvidia") else ""),
+        + (f", GPU {env['host']['nvidia']}" if env["host"].get("nvidia") else "")
+        + (f"; load average {result['load_average_start']} at start" if result.get("load_average_start") else ""),
         f"plait devices: {devices}",
         "versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
         f"{s['dtype']}, {s['layout']}, {env['threads']} threads (OMP_WAIT_POLICY={env['thread_env']['OMP_WAIT_POLICY']}),"

@@ -89,15 +89,29 @@ class Runner:
 class TorchRunner(Runner):
     """PyTorch eager (`compile=False`) or torch.compile with its default backend (`compile=True`)."""
 
-    def __init__(self, device: str = "cpu", compile: bool = False):
+    def __init__(self, device: str = "cpu", compile: bool = False, plait_device: str | None = None):
         self.device = device
-        self.compile = compile
-        self.name = "torch.compile" if compile else "torch"
+        self.compile = compile or plait_device is not None
+        self.plait_device = plait_device
+        self.name = f"plait-torch:{plait_device}" if plait_device else "torch.compile" if compile else "torch"
 
     def info(self) -> dict[str, Any]:
         import torch
 
-        return {"device": self.device, "backend": "inductor" if self.compile else "eager", "version": torch.__version__}
+        backend = "plait" if self.plait_device else "inductor" if self.compile else "eager"
+        return {
+            "device": self.device,
+            "backend": backend,
+            "plait_device": self.plait_device,
+            "version": torch.__version__,
+        }
+
+    def _compiled(self, model: Any) -> Any:
+        import torch
+
+        if self.plait_device:
+            return torch.compile(model, backend="plait", options={"device": self.plait_device})
+        return torch.compile(model) if self.compile else model
 
     def sync(self) -> None:
         if self.device.startswith("cuda"):
@@ -110,7 +124,7 @@ class TorchRunner(Runner):
 
         model = copy.deepcopy(case.torch_model).to(self.device)
         x = torch.from_numpy(case.x).to(self.device)
-        fn = torch.compile(model) if self.compile else model
+        fn = self._compiled(model)
         if case.mode == "infer":
             model.eval()
 
@@ -144,7 +158,7 @@ class TorchRunner(Runner):
         import torch
 
         model = copy.deepcopy(case.torch_model).to(self.device).eval()
-        fn = torch.compile(model) if self.compile else model
+        fn = self._compiled(model)
 
         def predict(x: np.ndarray) -> np.ndarray:
             with torch.no_grad():
@@ -157,7 +171,7 @@ class TorchRunner(Runner):
 
         model = copy.deepcopy(case.torch_model).to(self.device).train()
         freeze_dropout(model)
-        fn = torch.compile(model) if self.compile else model
+        fn = self._compiled(model)
         opt = torch.optim.SGD(model.parameters(), lr=case.lr)
         loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -393,17 +407,20 @@ class MissingRunner(Runner):
         return f"{self.name} is installed, but plait bench has no {self.name} runner yet (docs/bench.md)"
 
 
-FRAMEWORKS = ("plait", "torch", "torch.compile", "onnxruntime", "plait-onnx", "tinygrad", "tensorflow")
+FRAMEWORKS = ("plait", "torch", "torch.compile", "plait-torch", "onnxruntime", "plait-onnx", "tinygrad", "tensorflow")
 
 
 def make_runners(frameworks: list[str], devices: list[str], threads: int, torch_device: str) -> list[Runner]:
-    """Runners for the chosen framework names; 'plait' and 'plait-onnx' get one runner per plait device."""
+    """Runners for the chosen framework names; 'plait', 'plait-torch' (torch.compile with backend="plait") and
+    'plait-onnx' get one runner per plait device."""
     out: list[Runner] = []
     for fw in frameworks:
         if fw == "plait":
             out += [PlaitRunner(d) for d in devices]
         elif fw == "plait-onnx":
             out += [PlaitOnnxRunner(d) for d in devices]
+        elif fw == "plait-torch":
+            out += [TorchRunner(torch_device, plait_device=d) for d in devices]
         elif fw in ("torch", "torch.compile"):
             out.append(TorchRunner(torch_device, compile=fw == "torch.compile"))
         elif fw == "onnxruntime":

@@ -7,7 +7,15 @@ import pytest
 
 from plait.bench import matrix
 from plait.bench.models import BenchModel
-from plait.bench.runners import Case, MissingRunner, OnnxRuntimeRunner, PlaitRunner, Prepared, TorchRunner
+from plait.bench.runners import (
+    Case,
+    MissingRunner,
+    OnnxRuntimeRunner,
+    PlaitOnnxRunner,
+    PlaitRunner,
+    Prepared,
+    TorchRunner,
+)
 
 pytest.importorskip("torch")
 FAST = matrix.Settings(warmup=1, iters=3)
@@ -32,10 +40,18 @@ class WrongRunner(TorchRunner):
 
 def test_matrix_checks_then_times(tiny: BenchModel) -> None:
     wrong = WrongRunner()
-    runners = [TorchRunner(), PlaitRunner("cpu"), OnnxRuntimeRunner(1), wrong, MissingRunner("tinygrad", "no_such_mod")]
+    runners = [
+        TorchRunner(),
+        PlaitRunner("cpu"),
+        OnnxRuntimeRunner(1),
+        PlaitOnnxRunner("cpu"),
+        wrong,
+        MissingRunner("tinygrad", "no_such_mod"),
+    ]
     cells = matrix.run_matrix([tiny], ["infer-1", "train"], runners, FAST, "cpu", log=lambda s: None)
     by = {(c["mode"], c["framework"]): c for c in cells}
-    assert len(cells) == 10
+    assert len(cells) == 12
+    assert by[("infer-1", "plait-onnx:cpu")]["status"] == "ok"
     for fw in ("torch", "plait:cpu"):
         for mode in ("infer-1", "train"):
             c = by[(mode, fw)]
