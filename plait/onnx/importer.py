@@ -6,7 +6,6 @@ concrete shape; initializers stay NumPy until a device op needs them, then each 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -100,7 +99,7 @@ class Ctx:
             return v.numpy()
         names = {self.imp.input_names[n.uid] for n in toposort([v.node]) if n.uid in self.imp.input_names}
         if not names:
-            raise self.unsupported(f"input {what} must be known before the model runs (plait shapes are static)")
+            return v.numpy()  # a function of constants only: compute it now
         raise NeedValue(names, self.label)
 
     def t(self, v: Value) -> Tensor:
@@ -195,15 +194,14 @@ class Importer:
         outs = list(result) if isinstance(result, (list, tuple)) else [result]
         for name, val in zip(node.output, outs, strict=False):
             if name:
-                env[name] = val
-
+                env[name] = val if isinstance(val, Tensor) else np.asarray(val)
 
 
 def type_label(elem_type: int) -> str:
-    return f"tensor({_ORT_TYPE.get(elem_type, elem_name(elem_type))})"
+    return f"tensor({_ORT_TYPE.get(int(elem_type), elem_name(elem_type))})"
 
 
-_ORT_TYPE = {
+_ORT_TYPE: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float",
     onnx.TensorProto.DOUBLE: "double",
     onnx.TensorProto.FLOAT16: "float16",

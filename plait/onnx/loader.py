@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from plait.onnx.errors import OnnxModelError, OnnxUnsupportedError
 
-MIN_OPSET = 11
+MIN_OPSET = 7  # 11 and newer are the supported range; 7-10 run where the conformance suite says they do
 MAX_OPSET = onnx.defs.onnx_opset_version()
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -138,7 +138,9 @@ def to_numpy(t: TensorProto, base_dir: Path | None, what: str) -> np.ndarray:
         raise OnnxModelError(f"{what}: cannot decode tensor {t.name!r} ({type(e).__name__}: {e})") from None
     expect = int(np.prod(t.dims)) if t.dims else 1
     if arr.size != expect:
-        raise OnnxModelError(f"{what}: tensor {t.name!r} holds {arr.size} values but its dims {list(t.dims)} need {expect}")
+        raise OnnxModelError(
+            f"{what}: tensor {t.name!r} holds {arr.size} values but its dims {list(t.dims)} need {expect}"
+        )
     return np.asarray(arr)
 
 

@@ -59,8 +59,12 @@ class _Compiled:
 class InferenceSession:
     """Run an ONNX model with plait: `InferenceSession(path_or_bytes, device="cpu").run(None, {"x": array})`."""
 
-    def __init__(self, path_or_bytes: str | os.PathLike[str] | bytes | onnx.ModelProto, device: str | None = None,
-                 **_ort_options: Any):
+    def __init__(
+        self,
+        path_or_bytes: str | os.PathLike[str] | bytes | onnx.ModelProto,
+        device: str | None = None,
+        **_ort_options: Any,
+    ):
         self._loaded = load(path_or_bytes)
         self.device = canonical(device) if device else default_device()
         self._importer = Importer(self._loaded, self.device)
@@ -92,6 +96,8 @@ class InferenceSession:
             arr = np.asarray(feed[v.name])
             tt = v.type.tensor_type
             want = elem_np(tt.elem_type)
+            if arr.dtype == object and want is not None and want.kind in "biuf":
+                arr = arr.astype(want)  # Python scalars in an object array: take the declared type
             if want is not None and arr.dtype != want:
                 raise OnnxInputError(
                     f"input {v.name!r} has dtype {arr.dtype} but the model expects {type_label(tt.elem_type)}"
@@ -136,7 +142,9 @@ class InferenceSession:
             self._plans[key] = _Compiled(plan, [input_of[n.uid] for n in placeholders], outs, input_of)
             return self._plans[key]
 
-    def run(self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list[np.ndarray]:
+    def run(
+        self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None
+    ) -> list[np.ndarray]:
         """Outputs `output_names` (None: all of them) for `input_feed` {input name: array}."""
         feed = self._check_feed(input_feed)
         c = self._compile(feed)
@@ -155,7 +163,9 @@ class InferenceSession:
         return out
 
     @staticmethod
-    def _finish(c: _Compiled, v: Value, results: dict[int, np.ndarray], feed: dict[str, np.ndarray], info: Any) -> np.ndarray:
+    def _finish(
+        c: _Compiled, v: Value, results: dict[int, np.ndarray], feed: dict[str, np.ndarray], info: Any
+    ) -> np.ndarray:
         if isinstance(v, np.ndarray):
             arr = v
         elif v.node.uid in results:

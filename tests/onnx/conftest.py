@@ -10,17 +10,31 @@ import onnxruntime as ort
 import torch
 
 
-def export(module: torch.nn.Module, args: tuple[torch.Tensor, ...], opset: int = 17,
-           dynamic_batch: bool = False, names: tuple[list[str], list[str]] | None = None) -> bytes:
+def export(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    opset: int = 17,
+    dynamic_batch: bool = False,
+    names: tuple[list[str], list[str]] | None = None,
+) -> bytes:
     """The ONNX bytes of `module` exported by PyTorch's TorchScript exporter (eval mode, constants folded)."""
     module.eval()
     ins, outs = names or ([f"input{i}" for i in range(len(args))], ["output"])
     axes = {n: {0: "batch"} for n in ins + outs} if dynamic_batch else None
     buf = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, args, buf, opset_version=opset, dynamo=False, input_names=ins, output_names=outs,
-                          dynamic_axes=axes, do_constant_folding=True)
+        torch.onnx.export(
+            module,
+            args,
+            buf,
+            opset_version=opset,
+            dynamo=False,
+            input_names=ins,
+            output_names=outs,
+            dynamic_axes=axes,
+            do_constant_folding=True,
+        )
     return buf.getvalue()
 
 

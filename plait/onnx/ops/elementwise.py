@@ -215,11 +215,17 @@ _act("LeakyRelu", lambda c, x: where(x >= 0, x, x * float(c.attr("alpha", 0.01))
 _act("Elu", lambda c, x: where(x > 0, x, (x.exp() - 1.0) * float(c.attr("alpha", 1.0))))
 _act(
     "Selu",
-    lambda c, x: where(x > 0, x, (x.exp() - 1.0) * float(c.attr("alpha", 1.67326319217681884765625)))
-    * float(c.attr("gamma", 1.05070102214813232421875)),
+    lambda c, x: (
+        where(x > 0, x, (x.exp() - 1.0) * float(c.attr("alpha", 1.67326319217681884765625)))
+        * float(c.attr("gamma", 1.05070102214813232421875))
+    ),
 )
-_act("Celu", lambda c, x: x.maximum(0.0) + ((x / float(c.attr("alpha", 1.0))).exp() - 1.0).minimum(0.0)
-     * float(c.attr("alpha", 1.0)))
+_act(
+    "Celu",
+    lambda c, x: (
+        x.maximum(0.0) + ((x / float(c.attr("alpha", 1.0))).exp() - 1.0).minimum(0.0) * float(c.attr("alpha", 1.0))
+    ),
+)
 _act("HardSigmoid", lambda c, x: (x * float(c.attr("alpha", 0.2)) + float(c.attr("beta", 0.5))).clip(0.0, 1.0))
 _act("ThresholdedRelu", lambda c, x: where(x > float(c.attr("alpha", 1.0)), x, 0.0))
 _act("Swish", lambda c, x: x * (x * float(c.attr("alpha", 1.0))).sigmoid())

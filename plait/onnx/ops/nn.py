@@ -75,7 +75,7 @@ def _conv(ctx: Ctx, ins: list[Any]) -> Tensor:
     pads = _pads(ctx, x.shape[2:], kernel, strides, dil)
     if nsp == 1:
         x, w = x.unsqueeze(-1), w.unsqueeze(-1)
-        strides, dil, pads = strides + [1], dil + [1], [pads[0], 0, pads[1], 0]
+        strides, dil, pads = [*strides, 1], [*dil, 1], [pads[0], 0, pads[1], 0]
     elif nsp != 2:
         return _conv_nd(ctx, x, w, b, strides, dil, pads, group)
     if pads[0] == pads[2] and pads[1] == pads[3]:
@@ -86,11 +86,12 @@ def _conv(ctx: Ctx, ins: list[Any]) -> Tensor:
     return y.squeeze(-1) if nsp == 1 else y
 
 
-def _conv_nd(ctx: Ctx, x: Tensor, w: Tensor, b: Tensor | None, strides: list[int], dil: list[int], pads: list[int],
-             group: int) -> Tensor:
+def _conv_nd(
+    ctx: Ctx, x: Tensor, w: Tensor, b: Tensor | None, strides: list[int], dil: list[int], pads: list[int], group: int
+) -> Tensor:
     """Convolution of any rank as im2col + one batched GEMM over the groups."""
     nsp = x.ndim - 2
-    n, c = x.shape[:2]
+    n = x.shape[0]
     co, cg = w.shape[:2]
     kernel = list(w.shape[2:])
     xp = x.pad(((0, 0), (0, 0), *((pads[i], pads[i + nsp]) for i in range(nsp))))
@@ -117,11 +118,15 @@ def _conv_transpose(ctx: Ctx, ins: list[Any]) -> Tensor:
     dil = list(ctx.attr("dilations", [1] * nsp))
     opad = list(ctx.attr("output_padding", [0] * nsp))
     in_sp = x.shape[2:]
-    full = [s * (i - 1) + op + (k - 1) * d + 1 for i, s, op, k, d in zip(in_sp, strides, opad, kernel, dil, strict=True)]
+    full = [
+        s * (i - 1) + op + (k - 1) * d + 1 for i, s, op, k, d in zip(in_sp, strides, opad, kernel, dil, strict=True)
+    ]
     out_shape = ctx.attr("output_shape")
     auto = ctx.attr("auto_pad", "NOTSET")
     if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
-        target = list(out_shape)[-nsp:] if out_shape is not None else [i * s for i, s in zip(in_sp, strides, strict=True)]
+        target = (
+            list(out_shape)[-nsp:] if out_shape is not None else [i * s for i, s in zip(in_sp, strides, strict=True)]
+        )
         total = [f - t for f, t in zip(full, target, strict=True)]
         if auto == "SAME_LOWER":
             pads = [t - t // 2 for t in total] + [t // 2 for t in total]
@@ -138,7 +143,7 @@ def _conv_transpose(ctx: Ctx, ins: list[Any]) -> Tensor:
             y = y.unsqueeze(ax + 1)
             y = y.pad([(0, 0)] * (ax + 1) + [(0, s - 1)] + [(0, 0)] * (y.ndim - ax - 2))
             shp = list(y.shape)
-            y = y.reshape(*shp[:ax], shp[ax] * s, *shp[ax + 2:])
+            y = y.reshape(*shp[:ax], shp[ax] * s, *shp[ax + 2 :])
             y = y[tuple(slice(None) if i != ax else slice(0, y.shape[ax] - (s - 1)) for i in range(y.ndim))]
     edge = [(k - 1) * d for k, d in zip(kernel, dil, strict=True)]
     spads = [(e - pads[a], e - pads[a + nsp] + opad[a]) for a, e in enumerate(edge)]
@@ -166,10 +171,14 @@ def _pool(ctx: Ctx, ins: list[Any], op: str) -> Tensor:
     ceil = bool(ctx.attr("ceil_mode", 0))
     pads = _pads(ctx, x.shape[2:], kernel, strides, dil)
     sp = x.shape[2:]
-    out = [_out_len(s, k, st, d, pads[i], pads[i + nsp], ceil)
-           for i, (s, k, st, d) in enumerate(zip(sp, kernel, strides, dil, strict=True))]
-    extra = [max(0, (o - 1) * st + d * (k - 1) + 1 - (s + pads[i] + pads[i + nsp]))
-             for i, (o, s, k, st, d) in enumerate(zip(out, sp, kernel, strides, dil, strict=True))]
+    out = [
+        _out_len(s, k, st, d, pads[i], pads[i + nsp], ceil)
+        for i, (s, k, st, d) in enumerate(zip(sp, kernel, strides, dil, strict=True))
+    ]
+    extra = [
+        max(0, (o - 1) * st + d * (k - 1) + 1 - (s + pads[i] + pads[i + nsp]))
+        for i, (o, s, k, st, d) in enumerate(zip(out, sp, kernel, strides, dil, strict=True))
+    ]
     fill = -math.inf if op == "max" else 0.0
     if not x.dtype.is_float and op == "max":
         fill = float(np.iinfo(x.dtype.np).min)
@@ -188,8 +197,15 @@ def _pool(ctx: Ctx, ins: list[Any], op: str) -> Tensor:
     return total / ctx.t(counts.astype(np.float32)).astype(x.dtype)
 
 
-def _counts(sp: tuple[int, ...], kernel: list[int], strides: list[int], dil: list[int], pads: list[int],
-            out: list[int], include: bool) -> np.ndarray:
+def _counts(
+    sp: tuple[int, ...],
+    kernel: list[int],
+    strides: list[int],
+    dil: list[int],
+    pads: list[int],
+    out: list[int],
+    include: bool,
+) -> np.ndarray:
     """How many cells each average-pool window averages: inside the input, or inside input + explicit pads."""
     nsp = len(sp)
     total = np.ones(out)
@@ -456,7 +472,7 @@ def _resize(ctx: Ctx, ins: list[Any]) -> Tensor:
     mode = ctx.attr("mode", "nearest")
     if ctx.node.op_type == "Upsample":
         scales = list(ctx.host(ins[1], "scales").astype(np.float64))
-        sizes = [int(math.floor(s * f)) for s, f in zip(x.shape, scales, strict=True)]
+        sizes = [math.floor(s * f) for s, f in zip(x.shape, scales, strict=True)]
         ctm = "asymmetric"
     else:
         sizes_in = ins[3] if len(ins) > 3 else None
@@ -468,7 +484,7 @@ def _resize(ctx: Ctx, ins: list[Any]) -> Tensor:
             scales = [o / i for o, i in zip(sizes, x.shape, strict=True)]
         else:
             scales = list(ctx.host(scales_in, "scales").astype(np.float64))
-            sizes = [int(math.floor(s * f)) for s, f in zip(x.shape, scales, strict=True)]
+            sizes = [math.floor(s * f) for s, f in zip(x.shape, scales, strict=True)]
         ctm = ctx.attr("coordinate_transformation_mode", "half_pixel")
     if mode not in ("nearest", "linear"):
         raise ctx.unsupported(f"Resize mode {mode!r} (nearest and linear are supported)")

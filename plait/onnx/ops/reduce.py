@@ -31,8 +31,12 @@ def _axes(ctx: Ctx, ins: list[Any], input_from: int) -> tuple[int, ...] | None:
     return tuple(sorted({a % nd for a in axes})) if nd else ()
 
 
-def _reduction(name: str, input_from: int, fn: Callable[[Tensor, tuple[int, ...], bool], Tensor],
-               fold: Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray] | None = None) -> None:
+def _reduction(
+    name: str,
+    input_from: int,
+    fn: Callable[[Tensor, tuple[int, ...], bool], Tensor],
+    fold: Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray] | None = None,
+) -> None:
     def dev(ctx: Ctx, ins: list[Any]) -> Tensor:
         x = ctx.t(ins[0])
         axes = _axes(ctx, ins, input_from)
@@ -102,7 +106,9 @@ _reduction("ReduceSum", 13, _sum, lambda x, a, k: np.sum(x, axis=a, keepdims=k))
 _reduction("ReduceMean", 18, _mean, lambda x, a, k: np.mean(x, axis=a, keepdims=k))
 _reduction("ReduceMax", 18, _max, lambda x, a, k: np.max(x, axis=a, keepdims=k))
 _reduction("ReduceMin", 18, _min, lambda x, a, k: np.min(x, axis=a, keepdims=k))
-_reduction("ReduceProd", 18, lambda x, a, k: x.prod(a, k).astype(x.dtype), lambda x, a, k: np.prod(x, axis=a, keepdims=k))
+_reduction(
+    "ReduceProd", 18, lambda x, a, k: x.prod(a, k).astype(x.dtype), lambda x, a, k: np.prod(x, axis=a, keepdims=k)
+)
 _reduction("ReduceL1", 18, lambda x, a, k: _sum(x.abs(), a, k))
 _reduction("ReduceL2", 18, lambda x, a, k: _sum(x * x, a, k).astype(dtypes.float32).sqrt().astype(x.dtype))
 _reduction("ReduceSumSquare", 18, lambda x, a, k: _sum(x * x, a, k))

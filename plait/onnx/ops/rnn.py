@@ -36,7 +36,9 @@ def _activation(ctx: Ctx, name: str, alpha: float | None, beta: float | None) ->
     if n == "scaledtanh":
         return lambda x: (x * (beta if beta is not None else 1.0)).tanh() * (alpha if alpha is not None else 1.0)
     if n == "hardsigmoid":
-        return lambda x: (x * (alpha if alpha is not None else 0.2) + (beta if beta is not None else 0.5)).clip(0.0, 1.0)
+        return lambda x: (x * (alpha if alpha is not None else 0.2) + (beta if beta is not None else 0.5)).clip(
+            0.0, 1.0
+        )
     if n == "elu":
         return lambda x: where(x > 0, x, (x.exp() - 1.0) * (alpha if alpha is not None else 1.0))
     if n == "softsign":
@@ -78,8 +80,20 @@ def _common(ctx: Ctx, ins: list[Any], gates: int) -> dict[str, Any]:
     if h0 is not None and layout:
         h0 = h0.permute(1, 0, 2)
     clip = ctx.attr("clip")
-    return {"x": x, "w": w, "r": r, "b": b, "h0": h0, "seq": seq, "batch": batch, "dirs": dirs, "hidden": hidden,
-            "layout": layout, "gates": gates, "clip": clip}
+    return {
+        "x": x,
+        "w": w,
+        "r": r,
+        "b": b,
+        "h0": h0,
+        "seq": seq,
+        "batch": batch,
+        "dirs": dirs,
+        "hidden": hidden,
+        "layout": layout,
+        "gates": gates,
+        "clip": clip,
+    }
 
 
 def _proj(ctx: Ctx, c: dict[str, Any], d: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:

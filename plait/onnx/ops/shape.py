@@ -42,13 +42,21 @@ def _shape(ctx: Ctx, ins: list[Any]) -> np.ndarray:
 
 
 register("Shape", _shape, _shape)
-register("Size", lambda ctx, ins: np.array(math.prod(ins[0].shape), np.int64),
-         lambda ctx, ins: np.array(ins[0].size, np.int64))
+register(
+    "Size",
+    lambda ctx, ins: np.array(math.prod(ins[0].shape), np.int64),
+    lambda ctx, ins: np.array(ins[0].size, np.int64),
+)
 
 
 def _constant(ctx: Ctx, ins: list[Any]) -> np.ndarray:
-    for key, dt in (("value", None), ("value_float", np.float32), ("value_floats", np.float32),
-                    ("value_int", np.int64), ("value_ints", np.int64)):
+    for key, dt in (
+        ("value", None),
+        ("value_float", np.float32),
+        ("value_floats", np.float32),
+        ("value_int", np.int64),
+        ("value_ints", np.int64),
+    ):
         if key in ctx.attrs:
             return np.array(ctx.attrs[key], dtype=dt)
     raise ctx.unsupported(f"Constant with attributes {sorted(ctx.attrs)} is not supported")
@@ -78,8 +86,11 @@ register("Range", _range, _range)
 
 def _eyelike(ctx: Ctx, ins: list[Any]) -> np.ndarray:
     shape = ins[0].shape
-    dt = elem_np(ctx.attr("dtype")) if ctx.attr("dtype") is not None else (
-        ins[0].dtype if isinstance(ins[0], np.ndarray) else ins[0].dtype.np)
+    dt = (
+        elem_np(ctx.attr("dtype"))
+        if ctx.attr("dtype") is not None
+        else (ins[0].dtype if isinstance(ins[0], np.ndarray) else ins[0].dtype.np)
+    )
     return np.eye(shape[0], shape[1], k=int(ctx.attr("k", 0)), dtype=dt)
 
 
@@ -113,7 +124,11 @@ register("Reshape", _reshape, _reshape)
 
 def _flatten(ctx: Ctx, ins: list[Any]) -> Value:
     x = ins[0]
-    a = _axis(ctx, ctx.attr("axis", 1), len(x.shape) + 1)
+    nd = len(x.shape)
+    a = int(ctx.attr("axis", 1))
+    if not -nd <= a <= nd:
+        raise ctx.error(f"axis {a} is out of range for rank {nd}")
+    a = a + nd if a < 0 else a
     return x.reshape((math.prod(x.shape[:a]), math.prod(x.shape[a:])))
 
 
@@ -356,8 +371,9 @@ def _gather(ctx: Ctx, ins: list[Any]) -> Value:
     if isinstance(idx, np.ndarray):
         idx = np.where(idx < 0, idx + n, idx).astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= n):
-            raise ctx.error(f"index {int(idx.max() if idx.max() >= n else idx.min())} is out of range for axis {a}"
-                            f" of size {n}")
+            raise ctx.error(
+                f"index {int(idx.max() if idx.max() >= n else idx.min())} is out of range for axis {a} of size {n}"
+            )
         if isinstance(data, np.ndarray):
             return np.take(data, idx, axis=a)
         if idx.ndim == 0:
@@ -365,7 +381,7 @@ def _gather(ctx: Ctx, ins: list[Any]) -> Value:
     t = ctx.t(data)
     it = ctx.t(idx)
     it = where(it < 0, it + n, it)
-    rest = t.shape[:a] + t.shape[a + 1:]
+    rest = t.shape[:a] + t.shape[a + 1 :]
     table = t.permute(a, *(d for d in range(nd) if d != a)).reshape(n, -1)
     rows = Tensor(indexing.gather_rows(table.node, it.reshape(-1).astype(dtypes.int64).node))
     out = rows.reshape(*it.shape, *rest)  # (idx..., before..., after...)
@@ -423,7 +439,7 @@ def _gather_nd(ctx: Ctx, ins: list[Any]) -> Tensor:
         col = idx[..., j]
         col = where(col < 0, col + data.shape[b + j], col)
         flat = flat + col * st[b + j]
-    tail = data.shape[b + k:]
+    tail = data.shape[b + k :]
     if not tail:
         return _gather_flat(data, flat)
     m = math.prod(tail)

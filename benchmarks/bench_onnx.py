@@ -1,0 +1,94 @@
+"""ONNX benchmark: the five benchmark CNNs exported from PyTorch, run by plait.onnx and by ONNX Runtime (CPU
+provider, intra_op_num_threads=2, OMP_WAIT_POLICY=PASSIVE) in the same process on the same data.
+
+    .venv/bin/python benchmarks/bench_onnx.py [--models resnet18 ...] [--batches 1 16] [--device cpu]
+
+Outputs are checked to agree before a time is reported. Prints a Markdown table (for docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import os
+import platform
+import warnings
+from functools import partial
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+import plait
+from plait.bench.timing import measure
+from plait.models import torch_reference
+from plait.onnx import InferenceSession
+
+MODELS = ["alexnet", "resnet18", "resnet50", "vgg16", "mobilenet_v2"]
+
+
+def export(name: str) -> bytes:
+    torch.manual_seed(0)
+    net = torch_reference.build(name).eval()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            net,
+            (torch.randn(1, 3, 224, 224),),
+            buf,  # type: ignore[arg-type]
+            opset_version=17,
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "n"}, "y": {0: "n"}},
+        )
+    return buf.getvalue()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--max-seconds", type=float, default=20.0)
+    args = ap.parse_args()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    opts.inter_op_num_threads = 1
+    print(
+        f"date {datetime.date.today()}, device {args.device}, {platform.processor() or platform.machine()},"
+        f" {os.cpu_count()} cores, plait {plait.__version__}, onnxruntime {ort.__version__}, torch {torch.__version__}"
+    )
+    print(
+        "| model | batch | plait median ms (p25-p75) | ORT median ms (p25-p75) | plait / ORT | first run (compile) s |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name in args.models:
+        model = export(name)
+        ref = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        sess = InferenceSession(model, device=args.device)
+        for batch in args.batches:
+            x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+            feed = {"x": x}
+            t0 = datetime.datetime.now()
+            got = sess.run(None, feed)[0]
+            first = (datetime.datetime.now() - t0).total_seconds()
+            want = ref.run(None, feed)[0]
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
+            p = measure(partial(sess.run, None, feed), warmup=1, iters=args.iters, max_seconds=args.max_seconds)
+            o = measure(partial(ref.run, None, feed), warmup=1, iters=args.iters, max_seconds=args.max_seconds)
+            print(
+                f"| {name} | {batch} | {p['median_ms']:.1f} ({p['p25_ms']:.1f}-{p['p75_ms']:.1f})"
+                f" | {o['median_ms']:.1f} ({o['p25_ms']:.1f}-{o['p75_ms']:.1f})"
+                f" | {p['median_ms'] / o['median_ms']:.2f} | {first:.1f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

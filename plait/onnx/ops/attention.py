@@ -1,0 +1,142 @@
+"""Attention (opset 23+) and the loss ops (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss), BitShift.
+
+Attention takes 3-D (batch, seq, heads*size) or 4-D (batch, heads, seq, size) Q/K/V, an optional bool or additive
+mask, a KV cache (past_key/past_value, returned concatenated as present_*), grouped-query heads, causal masking,
+a scale and a softcap. Class picks in the losses are one-hot compares summed over the class axis (no gather).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+import plait.nn.functional as F
+from plait import dtypes
+from plait.frontends.native.tensor import Tensor, cat, where
+from plait.onnx.importer import Ctx
+from plait.onnx.ops import register
+from plait.onnx.ops.elementwise import _int_div
+
+
+def _heads(x: Tensor, n: int | None) -> Tensor:
+    if x.ndim == 4:
+        return x
+    b, s, hidden = x.shape
+    assert n is not None
+    return x.reshape(b, s, n, hidden // n).permute(0, 2, 1, 3)
+
+
+def _attention(ctx: Ctx, ins: list[Any]) -> list[Any]:
+    ins = ins + [None] * (7 - len(ins))
+    q3 = ctx.t(ins[0])
+    qn, kvn = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads")
+    q, k, v = _heads(q3, qn), _heads(ctx.t(ins[1]), kvn), _heads(ctx.t(ins[2]), kvn)
+    if ins[4] is not None:
+        k = cat([ctx.t(ins[4]).astype(k.dtype), k], 2)
+    if ins[5] is not None:
+        v = cat([ctx.t(ins[5]).astype(v.dtype), v], 2)
+    if ins[6] is not None:
+        raise ctx.unsupported("Attention's nonpad_kv_seqlen input is not supported")
+    present_k, present_v = k, v
+    b, hq, sq, e = q.shape
+    hk, skv = k.shape[1], k.shape[2]
+    if hq != hk:  # grouped-query attention: each kv head serves hq // hk consecutive query heads
+        rep = hq // hk
+        k = k.unsqueeze(2).expand(b, hk, rep, skv, e).reshape(b, hq, skv, e)
+        v = v.unsqueeze(2).expand(b, hk, rep, skv, v.shape[-1]).reshape(b, hq, skv, v.shape[-1])
+    scale = ctx.attr("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(e)
+    qf, kf, vf = q.astype(dtypes.float32), k.astype(dtypes.float32), v.astype(dtypes.float32)
+    scores = (qf @ kf.transpose(-2, -1)) * scale
+    mode = int(ctx.attr("qk_matmul_output_mode", 0))
+    qk = [scores]
+    mask = ins[3]
+    bias = None
+    if mask is not None:
+        m = ctx.t(mask)
+        if m.shape[-1] < skv:
+            fill = False if m.dtype == dtypes.bool_ else -math.inf
+            m = m.pad([(0, 0)] * (m.ndim - 1) + [(0, skv - m.shape[-1])], fill)
+        bias = where(m, 0.0, -math.inf) if m.dtype == dtypes.bool_ else m.astype(dtypes.float32)
+    if ctx.attr("is_causal", 0):
+        past = skv - sq
+        keep = np.arange(skv)[None, :] <= np.arange(sq)[:, None] + past
+        causal = ctx.t(np.where(keep, 0.0, -np.inf).astype(np.float32))
+        bias = causal if bias is None else bias + causal
+    if bias is not None:
+        scores = scores + bias
+    qk.append(scores)
+    cap = float(ctx.attr("softcap", 0.0))
+    if cap > 0.0:
+        scores = (scores / cap).tanh() * cap
+    qk.append(scores)
+    probs = F.softmax(scores, -1)
+    probs = where(probs != probs, 0.0, probs)  # rows masked entirely give 0, not NaN
+    qk.append(probs)
+    y = (probs @ vf).astype(q.dtype)
+    if q3.ndim == 3:
+        y = y.permute(0, 2, 1, 3).reshape(b, sq, -1)
+    return [y, present_k, present_v, qk[mode].astype(q.dtype)]
+
+
+register("Attention", _attention)
+
+
+def _pick(ctx: Ctx, x: Tensor, target: Tensor, c: int) -> tuple[Tensor, Tensor]:
+    """(one-hot of target over axis 1 of x, as x's dtype; the mask of targets not equal to ignore_index)."""
+    shape = [1] * x.ndim
+    shape[1] = c
+    classes = ctx.t(np.arange(c, dtype=np.int64).reshape(shape))
+    t = target.astype(dtypes.int64).unsqueeze(1)
+    onehot = (t == classes).astype(x.dtype)
+    ignore = ctx.attr("ignore_index")
+    keep = (target != int(ignore)) if ignore is not None else (target == target)
+    return onehot, keep.astype(x.dtype)
+
+
+def _nll(ctx: Ctx, logp: Tensor, target: Tensor, weight: Any) -> Tensor:
+    c = logp.shape[1]
+    onehot, keep = _pick(ctx, logp, target, c)
+    picked = (logp * onehot).sum(1)
+    if weight is not None:
+        wshape = [1] * logp.ndim
+        wshape[1] = c
+        w = ((ctx.t(weight).reshape(*wshape) * onehot).sum(1)) * keep
+    else:
+        w = keep
+    loss = -picked * w
+    red = ctx.attr("reduction", "mean")
+    if red == "none":
+        return loss
+    if red == "sum":
+        return loss.sum()
+    return loss.sum() / w.sum()
+
+
+register(
+    "NegativeLogLikelihoodLoss",
+    lambda ctx, ins: _nll(ctx, ctx.t(ins[0]), ctx.t(ins[1]), ins[2] if len(ins) > 2 else None),
+)
+
+
+def _sce(ctx: Ctx, ins: list[Any]) -> list[Tensor]:
+    scores = ctx.t(ins[0])
+    logp = F.log_softmax(scores.astype(dtypes.float32), 1).astype(scores.dtype)
+    loss = _nll(ctx, logp, ctx.t(ins[1]), ins[2] if len(ins) > 2 else None)
+    return [loss, logp]
+
+
+register("SoftmaxCrossEntropyLoss", _sce)
+
+
+def _bitshift(ctx: Ctx, ins: list[Any]) -> Tensor:
+    x, y = ctx.t(ins[0]), ctx.t(ins[1])
+    p = Tensor.full((), 2, x.dtype, x.device) ** y.astype(x.dtype)
+    if ctx.attr("direction") == "LEFT":
+        return x * p
+    return _int_div(x, p)
+
+
+register("BitShift", _bitshift)
