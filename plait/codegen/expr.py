@@ -36,9 +36,10 @@ class Idx:
 
 
 class ExprBuilder:
-    def __init__(self, renderer: Any, args: dict[int, str], idx_t: str):
+    def __init__(self, renderer: Any, args: dict[int, str], idx_t: str, subst: dict[int, str] | None = None):
         self.r = renderer
         self.args = args  # node uid -> buffer argument name
+        self.subst = subst or {}  # node uid -> a variable already holding its value at the current index
         self.idx_t = idx_t
         self.lines: list[str] = []
         self.cache: dict[Any, str] = {}
@@ -102,6 +103,8 @@ class ExprBuilder:
         return self.tmp(self.r.compute_type(node.dtype), self.r.load(node.dtype, self.args[node.uid], off), "v")
 
     def _value(self, node: Node, idx: Idx) -> str:
+        if node.uid in self.subst:
+            return self.subst[node.uid]
         if node.uid in self.args:
             return self.load(node, idx)
         op = node.op

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from plait.codegen.cstyle import RenderedKernel
+from plait.codegen.expr import ExprBuilder, Idx
+from plait.graph.node import Node
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,27 @@ class GemmSpec:
         return 2 * self.batch * self.m * self.n * self.k
 
 
+@dataclass(frozen=True)
+class Epilogue:
+    """An elementwise expression `root` applied to each product element (node `mm`) before it is stored; it may
+    read `extra` buffers at the same element (bias, residual, BN scale/shift)."""
+
+    root: Node
+    mm: Node
+    extra: tuple[Node, ...]
+
+
+def _epi(r: Any, epi: Epilogue | None, value: str, index: str, indent: str) -> tuple[str, str, str]:
+    """(statements, result expression, extra kernel parameters) for storing `value` at linear `index`."""
+    if epi is None:
+        return "", value, ""
+    args = {n.uid: f"e{i}" for i, n in enumerate(epi.extra)}
+    b = ExprBuilder(r, args, "long", subst={epi.mm.uid: value})
+    v = b.value(epi.root, Idx(epi.root.shape, linear=b.tmp("long", index, "i")))
+    params = "".join(", " + r.param(n.dtype, f"e{i}", False) for i, n in enumerate(epi.extra))
+    return "".join(f"{indent}{ln}\n" for ln in b.lines), v, params
+
+
 C_DEFAULT = {"MR": 6, "NR": 64, "KC": 256, "VW": 16}
 CL_DEFAULT = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 4, "WPTN": 4}
 
@@ -37,13 +61,15 @@ def _finish(kind: str, spec: GemmSpec, src: str, gs: tuple[int, ...], ls: tuple[
     return RenderedKernel(name, src.replace("KERNEL_NAME", name), gs, ls)
 
 
-def _render_c_small(spec: GemmSpec) -> RenderedKernel:
+def _render_c_small(spec: GemmSpec, r: Any, epi: Epilogue | None) -> RenderedKernel:
     """Few rows (a batch-1 linear layer): stream B once with no packing, as dot products along a contiguous k
     (B = W^T of a row-major weight) or as row updates along a contiguous n."""
     ao, sab, sam, sak = spec.a
     bo, sbb, sbk, sbn = spec.b
     m, n, k = spec.m, spec.n, spec.k
+    idx = f"bz * {m * n}L + (long)i * {n} + j"
     if sbk == 1:
+        stmts, res, params = _epi(r, epi, "acc", idx, "        ")
         body = f"""#pragma omp parallel for schedule(static)
     for (int j = 0; j < {n}; j++) {{
       const float* bj = b + (long)j * {sbn};
@@ -52,10 +78,11 @@ def _render_c_small(spec: GemmSpec) -> RenderedKernel:
         float acc = 0.0f;
 #pragma omp simd reduction(+:acc)
         for (int p = 0; p < {k}; p++) acc += ai[(long)p * {sak}] * bj[p];
-        c[(long)i * {n} + j] = acc;
+{stmts}        c[(long)i * {n} + j] = {res};
       }}
     }}"""
     else:
+        stmts, res, params = _epi(r, epi, "acc[j - j0]", idx, "          ")
         body = f"""#pragma omp parallel for schedule(static)
     for (int j0 = 0; j0 < {n}; j0 += 256) {{
       int j1 = j0 + 256 < {n} ? j0 + 256 : {n};
@@ -67,10 +94,12 @@ def _render_c_small(spec: GemmSpec) -> RenderedKernel:
 #pragma omp simd
           for (int j = j0; j < j1; j++) acc[j - j0] += av * bp[(long)j * {sbn}];
         }}
-        for (int j = j0; j < j1; j++) c[(long)i * {n} + j] = acc[j - j0];
+        for (int j = j0; j < j1; j++) {{
+{stmts}          c[(long)i * {n} + j] = {res};
+        }}
       }}
     }}"""
-    src = f"""void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B) {{
+    src = f"""void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
   for (long bz = 0; bz < {spec.batch}; bz++) {{
     const float* a = A + {ao} + bz * {sab}L;
     const float* b = B + {bo} + bz * {sbb}L;
@@ -82,16 +111,26 @@ def _render_c_small(spec: GemmSpec) -> RenderedKernel:
     return _finish("GEMV", spec, src, (1,), None)
 
 
-def render_c(spec: GemmSpec, knobs: dict[str, int] | None = None) -> RenderedKernel:
+def render_c(spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
     kn = {**C_DEFAULT, **(knobs or {})}
     if spec.m <= kn.get("SMALL_M", 4):
-        return _render_c_small(spec)
+        return _render_c_small(spec, r, epi)
     mr, nr, kc, vw = kn["MR"], kn["NR"], kn["KC"], kn["VW"]
     nv = nr // vw
     ao, sab, sam, sak = spec.a
     bo, sbb, sbk, sbn = spec.b
     m, n, k = spec.m, spec.n, spec.k
     mp, np_ = -(-m // mr) * mr, -(-n // nr) * nr
+    stmts, res, params = _epi(r, epi, "v", f"bz * {m * n}L + (long)(i0 + i) * {n} + j0 + j", "                ")
+    epilogue = ""
+    if epi is not None:  # after the last k block, while the tile is still in cache
+        epilogue = f"""
+            if (pc + kc >= {k}) {{
+              for (int i = 0; i < mr; i++) for (int j = 0; j < nr; j++) {{
+                float v = c[(long)(i0 + i) * {n} + j0 + j];
+{stmts}                c[(long)(i0 + i) * {n} + j0 + j] = {res};
+              }}
+            }}"""
     src = f"""/* KERNEL_NAME */
 #include <stdlib.h>
 #include <string.h>
@@ -128,7 +167,7 @@ static void micro_KERNEL_NAME(int kc, const float* restrict ap, const float* res
   }}
 }}
 
-void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B) {{
+void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
   float* bp = aligned_alloc(64, sizeof(float) * KC * {np_});
   float* ap = aligned_alloc(64, sizeof(float) * KC * {mp});
   for (long bz = 0; bz < {spec.batch}; bz++) {{
@@ -154,7 +193,7 @@ void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restri
           for (int i0 = 0; i0 < {mp}; i0 += MR) {{
             int mr = {m} - i0 < MR ? {m} - i0 : MR;
             int nr = {n} - j0 < NR ? {n} - j0 : NR;
-            micro_KERNEL_NAME(kc, ap + i0 * kc, bp + j0 * kc, c + (long)i0 * {n} + j0, mr, nr, pc == 0);
+            micro_KERNEL_NAME(kc, ap + i0 * kc, bp + j0 * kc, c + (long)i0 * {n} + j0, mr, nr, pc == 0);{epilogue}
           }}
       }}
     }}
@@ -170,7 +209,7 @@ void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restri
     return _finish("GEMM", spec, src, (1,), None)
 
 
-def render_opencl(spec: GemmSpec, knobs: dict[str, int] | None = None) -> RenderedKernel:
+def render_opencl(spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
     kn = {**CL_DEFAULT, **(knobs or {})}
     tsm, tsn, tsk, wm, wn = kn["TSM"], kn["TSN"], kn["TSK"], kn["WPTM"], kn["WPTN"]
     rm, rn = tsm // wm, tsn // wn
@@ -180,6 +219,7 @@ def render_opencl(spec: GemmSpec, knobs: dict[str, int] | None = None) -> Render
     m, n, k = spec.m, spec.n, spec.k
     a_map = "int mm = l / TSK, kk = l % TSK;" if sak == 1 else "int kk = l / TSM, mm = l % TSM;"
     b_map = "int kk = l / TSN, nn = l % TSN;" if sbn == 1 else "int nn = l / TSK, kk = l % TSK;"
+    stmts, res, params = _epi(r, epi, "acc[i][j]", f"bz * {m * n}L + (long)gm * {n} + gn", "        ")
     src = f"""/* KERNEL_NAME */
 #define TSM {tsm}
 #define TSN {tsn}
@@ -188,7 +228,7 @@ def render_opencl(spec: GemmSpec, knobs: dict[str, int] | None = None) -> Render
 #define WPTN {wn}
 #define RTSM {rm}
 #define RTSN {rn}
-__kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B) {{
+__kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
   const int tn = get_local_id(0), tm = get_local_id(1);
   const int tid = tm * RTSN + tn;
   const int n0 = get_group_id(0) * TSN, m0 = get_group_id(1) * TSM;
@@ -227,7 +267,8 @@ __kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1))) void KERNEL_NAME(_
     if (gm >= {m}) continue;
     for (int j = 0; j < WPTN; j++) {{
       int gn = n0 + tn + j * RTSN;
-      if (gn < {n}) c[(long)gm * {n} + gn] = acc[i][j];
+      if (gn >= {n}) continue;
+{stmts}      c[(long)gm * {n} + gn] = {res};
     }}
   }}
 }}

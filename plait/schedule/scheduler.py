@@ -3,10 +3,12 @@ kernels that read it (elementwise chains, movement ops, the input expression of 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from plait import dtypes
 from plait.codegen.expr import strides_of
 from plait.codegen.gemm import GemmSpec
 from plait.graph.node import Node, toposort
@@ -39,7 +41,7 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
             continue
         p = min(parts, red // 256)
         op = node.op[1:]
-        part = Node("rsplit", (src,), (op, node.arg, p), node.shape + (p,), node.dtype, node.device)
+        part = Node("rsplit", (src,), (op, node.arg, p), (*node.shape, p), node.dtype, node.device)
         stage2 = reduce(op, part, (len(part.shape) - 1,))
         node.op, node.srcs, node.arg = "reshape", (stage2,), node.shape
         changed = True
@@ -79,7 +81,7 @@ def _gemm_operand(x: Node, realize: set[int]) -> tuple[Node, tuple[int, int, int
     root, off, st = view
     batch_shape, batch_st = x.shape[:-2], st[:-2]
     dims = [(d, s) for d, s in zip(batch_shape, batch_st, strict=True) if d != 1]
-    for (d0, s0), (d1, s1) in zip(dims, dims[1:]):
+    for (_d0, s0), (d1, s1) in itertools.pairwise(dims):
         if s0 != d1 * s1:
             return None
     bstride = dims[-1][1] if dims else 0
@@ -140,7 +142,51 @@ def schedule(outputs: list[Node], split_parts: int) -> list[Item]:
         inputs = _boundary(n.srcs, realize)
         k = kind(n)
         items.append(Item(n, inputs, k if k in ("reduce", "custom", "contract") else "elementwise"))
-    return items
+    return _fuse_epilogues(items, users, {n.uid for n in outputs})
+
+
+def _fuse_epilogues(items: list[Item], users: dict[int, int], outputs: set[int]) -> list[Item]:
+    """Fold an elementwise kernel into the GEMM that feeds it (bias, activation, residual add, BN at inference)
+    when it reads the product element for element and nothing else reads the product."""
+    gemms = {it.out.uid: it for it in items if it.kind == "gemm"}
+    readers: dict[int, int] = {}
+    for it in items:
+        for x in it.inputs:
+            readers[x.uid] = readers.get(x.uid, 0) + 1
+    fused: set[int] = set()
+    out: list[Item] = []
+    for it in items:
+        if it.kind == "elementwise" and it.out.dtype == dtypes.float32:
+            for m in it.inputs:
+                g = gemms.get(m.uid)
+                if g is None or m.uid in fused or m.uid in outputs or m.size != it.out.size:
+                    continue
+                if readers.get(m.uid) == 1 and users.get(m.uid) == 1 and _reads_identically(it.out, m, users):
+                    fused.add(m.uid)
+                    extra = [x for x in it.inputs if x.uid != m.uid]
+                    it = Item(it.out, g.inputs + extra, "gemm", gemm=g.gemm, extra={"epilogue": m, "extra": extra})
+                    break
+        out.append(it)
+    return [it for it in out if not (it.kind == "gemm" and it.out.uid in fused)]
+
+
+def _reads_identically(root: Node, target: Node, users: dict[int, int]) -> bool:
+    """True when every read of `target` inside root's fused expression is at root's own linear index."""
+    ok = True
+    stack: list[tuple[Node, bool]] = [(root, True)]
+    while stack:
+        n, identity = stack.pop()
+        if n is target:
+            ok = ok and identity
+            continue
+        if n.realized or (n is not root and kind(n) in ("reduce", "matmul", "contract", "custom")):
+            continue
+        k = kind(n)
+        if k == "movement":
+            identity = identity and n.op == "reshape" and users.get(n.uid, 0) == 1
+        for s in n.srcs:
+            stack.append((s, identity))
+    return ok
 
 
 def _boundary(srcs: tuple[Node, ...], realize: set[int]) -> list[Node]:
