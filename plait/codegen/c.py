@@ -10,7 +10,13 @@ _MATH = ("exp", "log", "sqrt", "fabs", "tanh", "sin", "cos", "erf", "floor", "ce
 
 class CRenderer(CStyleRenderer):
     dialect = "c"
-    storage_types = {"float32": "float", "float16": "_Float16", "int32": "int", "int64": "long", "bool": "unsigned char"}
+    storage_types = {
+        "float32": "float",
+        "float16": "_Float16",
+        "int32": "int",
+        "int64": "long",
+        "bool": "unsigned char",
+    }
     fn_names = {f: f + "f" for f in _MATH}
     preamble = "#include <math.h>\n"
     parallel_threshold = 1 << 15  # below this much work, a parallel region costs more than it saves
@@ -33,10 +39,23 @@ class CRenderer(CStyleRenderer):
             pragma = [f"#pragma omp parallel for{simd} schedule(static)"]
         else:
             pragma = ["#pragma omp simd"] if simd else []
-        return [*pragma, f"for ({idx_t} {var} = 0; {var} < {n}; {var}++) {{", *("  " + ln for ln in body), "}"], (n,), None
+        return (
+            [*pragma, f"for ({idx_t} {var} = 0; {var} < {n}; {var}++) {{", *("  " + ln for ln in body), "}"],
+            (n,),
+            None,
+        )
 
     def reduce_loop(
-        self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str, nan_flag: bool = False
+        self,
+        var: str,
+        lo: str,
+        hi: str,
+        step: str,
+        body: list[str],
+        idx_t: str,
+        acc: str,
+        op: str,
+        nan_flag: bool = False,
     ) -> list[str]:
         simd = {"sum": "+", "prod": "*", "max": "max", "min": "min"}.get(op)
         flag = " reduction(|:nanf)" if nan_flag else ""

@@ -102,7 +102,16 @@ class CStyleRenderer:
         raise NotImplementedError
 
     def reduce_loop(
-        self, var: str, lo: str, hi: str, step: str, body: list[str], idx_t: str, acc: str, op: str, nan_flag: bool = False
+        self,
+        var: str,
+        lo: str,
+        hi: str,
+        step: str,
+        body: list[str],
+        idx_t: str,
+        acc: str,
+        op: str,
+        nan_flag: bool = False,
     ) -> list[str]:
         """A sequential loop accumulating into `acc` with `op`; `nan_flag`: the body also or's into int `nanf`."""
         return [f"for ({idx_t} {var} = {lo}; {var} < {hi}; {var} += {step}) {{", *body, "}"]
@@ -117,7 +126,9 @@ class CStyleRenderer:
             names[node.uid] = f"b{i}"
         return params, names
 
-    def _finish(self, kind: str, out: Node, params: list[str], lines: list[str], gs: tuple[int, ...], ls: tuple[int, ...] | None) -> RenderedKernel:
+    def _finish(
+        self, kind: str, out: Node, params: list[str], lines: list[str], gs: tuple[int, ...], ls: tuple[int, ...] | None
+    ) -> RenderedKernel:
         import hashlib
 
         body = "\n".join("  " + ln for ln in lines)
@@ -173,7 +184,11 @@ class CStyleRenderer:
             lines.append("int nanf = 0;")
         if split > 1:
             chunk = -(-total // split)
-            lo, hi, step = (p, str(total), str(split)) if self.interleaved_split else (f"{p} * {chunk}", f"({p} * {chunk} + {chunk} < {total} ? {p} * {chunk} + {chunk} : {total})", "1")
+            lo, hi, step = (
+                (p, str(total), str(split))
+                if self.interleaved_split
+                else (f"{p} * {chunk}", f"({p} * {chunk} + {chunk} < {total} ? {p} * {chunk} + {chunk} : {total})", "1")
+            )
         else:
             lo, hi, step = "0", str(total), "1"
         saved_lines, saved_cache = b.lines, dict(b.cache)
