@@ -128,8 +128,16 @@ class CPUDevice(Device):
         try:
             return ctypes.CDLL(str(path))
         except OSError:
-            cache.atomic_write(path, binary)  # a damaged library file: rewrite it from the verified cache entry
+            pass
+        # The library file was damaged, or the cached binary itself does not load here (a cache folder shared with
+        # another system, say): rebuild from source once; a second failure is a real problem with the toolchain.
+        binary = self._build(source)
+        cache.put("cpu", key, binary)
+        cache.atomic_write(path, binary)
+        try:
             return ctypes.CDLL(str(path))
+        except OSError as e:
+            raise CompileError(f"cpu: a freshly built kernel library does not load ({e}); check PLAIT_CC and the C toolchain") from e
 
     def _build(self, source: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="plait-cc-") as tmp:

@@ -131,11 +131,6 @@ def test_opencl_probe_reports_a_device_that_cannot_build(monkeypatch):
     assert why is not None and "cannot build" in why and "simulated" in why
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plait/runtime/cpu.py (lead's file): a cache entry with a valid checksum that is not a loadable library"
-    " (e.g. a cache dir shared with a host whose glibc differs) raises a raw OSError instead of being rebuilt",
-)
 def test_cpu_entry_with_valid_checksum_but_unloadable_library_is_rebuilt(tmp_path):
     import plait.runtime.cpu as cpu
 
