@@ -33,6 +33,15 @@ def explain(model: object, *example_inputs: object, **kwargs: object) -> object:
     return _explain(model, *example_inputs, **kwargs)  # type: ignore[arg-type]
 
 
+def __getattr__(name: str) -> object:
+    """plait.tile and plait.onnx load on first use (plait.onnx needs the onnx package)."""
+    if name in ("tile", "onnx"):
+        import importlib
+
+        return importlib.import_module(f"plait.{name}")
+    raise AttributeError(f"module 'plait' has no attribute {name!r}")
+
+
 def devices() -> list[dict[str, object]]:
     """Every device plait sees: name, kind, usable, and either its properties or why it cannot be used."""
     from plait.runtime.discovery import list_devices
