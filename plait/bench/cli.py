@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from plait.bench import env
-from plait.bench.models import MODELS, QUICK_MODELS, BenchError
+from plait.bench.models import MODELS, QUICK_MODELS, QUICK_MODES, BenchError
 from plait.bench.runners import FRAMEWORKS
 from plait.bench.tasks import TASKS
 
@@ -142,15 +142,16 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     specs = [get(m) for m in models]
-    if args.quick and args.batch is None:
-        specs = [_quick_batch(m) for m in specs]
+    if args.quick:
+        specs = [_quick(m, args.batch is None, args.modes is None) for m in specs]
     print(
-        f"plait bench: {len(specs)} models x {len(modes)} modes x {len(runners)} frameworks on "
+        f"plait bench: {len(specs)} models x up to {len(modes)} modes x {len(runners)} frameworks on "
         f"{', '.join(devices)} (torch on {torch_device}, {args.threads} threads)"
     )
     t0 = time.perf_counter()
     load_start = env.load_average()
-    progress = Progress(len(specs) * len(modes) * len(runners), enabled=not args.no_progress)
+    n_cells = sum(len([m for m in modes if m in spec.modes]) for spec in specs) * len(runners)
+    progress = Progress(n_cells, enabled=not args.no_progress)
     cells = run_matrix(specs, modes, runners, s, torch_device, progress)
     progress.close()
     task_rows = task_mod.run_tasks(tasks, datasets, runners, s, ts, torch_device)
@@ -192,7 +193,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quick_batch(spec: Any) -> Any:
+def _quick(spec: Any, batch: bool, modes: bool) -> Any:
+    """The quick matrix's smaller batch and, unless --modes was given, its modes for this model."""
     import dataclasses
 
-    return dataclasses.replace(spec, batch=spec.quick_batch)
+    return dataclasses.replace(
+        spec,
+        batch=spec.quick_batch if batch else spec.batch,
+        modes=QUICK_MODES.get(spec.name, spec.modes) if modes else spec.modes,
+    )

@@ -138,7 +138,8 @@ def run_matrix(
     progress: Progress | None = None,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
-    """Every (model, mode, framework) cell; a model that fails to build marks its cells as errors and the run goes on."""
+    """Every (model, mode, framework) cell, for the modes each model runs (BenchModel.modes); a model that fails to
+    build marks its cells as errors and the run goes on."""
     import torch
 
     cells: list[dict[str, Any]] = []
@@ -150,7 +151,7 @@ def run_matrix(
             reference_model = spec.torch_factory()
         except Exception as e:
             build_error = _short(e)
-        for mode in modes:
+        for mode in [m for m in modes if m in spec.modes]:
             batch = 1 if mode == "infer-1" else (s.batch or spec.batch)
             x, y = spec.inputs(batch, s.seed)
             case = Case(spec, "train" if mode == "train" else "infer", batch, x, y, reference_model, s.lr)

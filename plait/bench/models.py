@@ -33,6 +33,7 @@ class BenchModel:
     plait_factory: Callable[[str], Any]
     vocab: int = 0
     note: str = ""
+    modes: tuple[str, ...] = ("infer-1", "infer-batch", "train")  # the modes this model runs in the matrix
 
     def inputs(self, batch: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Generated inputs and class labels, the same for every framework."""
@@ -105,6 +106,9 @@ MODELS: dict[str, BenchModel] = {
     )
 }
 QUICK_MODELS = ("resnet18", "mobilenet_v2", "cifar_cnn", "gru")
+# In the quick matrix the 224x224 models skip the training step: on a 2-core CPU plait's first compile of a ResNet's
+# backward pass alone takes minutes (`plait bench --models resnet18 --modes train` runs it).
+QUICK_MODES = {"resnet18": ("infer-1", "infer-batch"), "mobilenet_v2": ("infer-1", "infer-batch")}
 
 
 def register(model: BenchModel) -> None:
