@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -178,10 +179,13 @@ def write_all(result: dict[str, Any], out: Path) -> dict[str, Path]:
     paths["json"].write_text(json.dumps(result, indent=1, default=str))
     paths["markdown"].write_text(markdown(result))
     pngs = []
-    for mode in dict.fromkeys(c["mode"] for c in result["cells"]):
-        p = plot(result, mode, out / f"plot-{mode}.png")
-        if p:
-            pngs.append(p)
-            paths[f"plot-{mode}"] = p
+    if importlib.util.find_spec("matplotlib") is None:
+        print("plait bench: matplotlib is not installed, so the report has no plots (pip install 'plait[bench]')")
+    else:
+        for mode in dict.fromkeys(c["mode"] for c in result["cells"]):
+            p = plot(result, mode, out / f"plot-{mode}.png")
+            if p:
+                pngs.append(p)
+                paths[f"plot-{mode}"] = p
     paths["html"].write_text(html_report(result, pngs))
     return paths
