@@ -18,7 +18,7 @@ def _make_divisible(v: float, divisor: int = 8) -> int:
 
 
 @functools.cache
-def classes(nn: ModuleType) -> SimpleNamespace:  # noqa: C901  (one namespace of related classes)
+def classes(nn: ModuleType) -> SimpleNamespace:
     """Every architecture as classes deriving from `nn.Module` of the given library (plait.nn or torch.nn)."""
 
     def conv_bn(cin: int, cout: int, k: int = 3, stride: int = 1, groups: int = 1, act: Any = None) -> Any:
@@ -147,7 +147,7 @@ def classes(nn: ModuleType) -> SimpleNamespace:  # noqa: C901  (one namespace of
     class InvertedResidual(nn.Module):  # type: ignore[name-defined,misc]
         def __init__(self, inp: int, oup: int, stride: int, expand_ratio: int):
             super().__init__()
-            hidden = int(round(inp * expand_ratio))
+            hidden = round(inp * expand_ratio)
             self.use_res_connect = stride == 1 and inp == oup
             layers: list[Any] = []
             if expand_ratio != 1:

@@ -329,7 +329,7 @@ def _pool(
     dh, dw = _pair(dilation, "pool dilation")
     if ph > kh // 2 or pw > kw // 2:
         raise ShapeError(f"pool2d: padding {(ph, pw)} must be at most half the kernel size {(kh, kw)}")
-    n, c, h, w = x.shape
+    _n, _c, h, w = x.shape
     oh, ow = _out_size(h, kh, sh, ph, dh, ceil_mode), _out_size(w, kw, sw, pw, dw, ceil_mode)
     if oh < 1 or ow < 1:
         raise ShapeError(f"pool2d: input {x.shape} is too small for kernel {(kh, kw)}")
@@ -369,7 +369,9 @@ def _pool_counts(
             return np.minimum(end, size) - np.maximum(start, 0)
         return end - start
 
-    counts = np.outer(axis(h, k[0], s[0], p[0], o[0]), axis(w, k[1], s[1], p[1], o[1])).astype(like.dtype.np)
+    counts: np.ndarray = np.outer(axis(h, k[0], s[0], p[0], o[0]), axis(w, k[1], s[1], p[1], o[1])).astype(
+        like.dtype.np
+    )
     return Tensor.from_numpy(counts, device=like.device)
 
 
@@ -449,7 +451,7 @@ def interpolate(
     else:
         assert scale_factor is not None
         fh, fw = (scale_factor, scale_factor) if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
-        oh, ow = int(math.floor(h * fh)), int(math.floor(w * fw))
+        oh, ow = math.floor(h * fh), math.floor(w * fw)
         sc = (None, None) if recompute_scale_factor else (float(fh), float(fw))
     if mode == "nearest" and oh % h == 0 and ow % w == 0 and (size is not None or sc == (oh / h, ow / w)):
         n, c = x.shape[:2]
@@ -586,7 +588,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = Fa
     if p == 1.0:
         return x * 0.0
     rng = np.random.default_rng(seed) if seed is not None else _DROPOUT_RNG[0]
-    keep = (rng.random(x.shape) >= p).astype(x.dtype.np) * np.asarray(1.0 / (1.0 - p), dtype=x.dtype.np)
+    keep: np.ndarray = (rng.random(x.shape) >= p).astype(x.dtype.np) * np.asarray(1.0 / (1.0 - p), dtype=x.dtype.np)
     return x * Tensor.from_numpy(keep, device=x.device)
 
 

@@ -181,7 +181,8 @@ class _BatchNorm(Module):
             self.register_buffer("running_var", Tensor.from_numpy(np.ones(c, np.float32), device=device))
             self.register_buffer("num_batches_tracked", Tensor.from_numpy(np.zeros((), np.int64), device=device))
         else:
-            self.running_mean = self.running_var = self.num_batches_tracked = None
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                self.register_buffer(name, None)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim not in self._ndims or x.shape[1] != self.num_features:
@@ -199,16 +200,16 @@ class _BatchNorm(Module):
 
     def _update_stats(self, mean: Tensor, var: Tensor) -> None:
         """Lazy running-statistics update; the optimizer step (or state_dict) realizes it with everything else."""
-        realize_all([b.node for b in (self.running_mean, self.running_var, self.num_batches_tracked)])
+        buf = self._buffers
+        rm, rv, nbt = buf["running_mean"], buf["running_var"], buf["num_batches_tracked"]
+        assert rm is not None and rv is not None and nbt is not None
+        realize_all([rm.node, rv.node, nbt.node])
         with no_grad():
-            count = self.num_batches_tracked + 1
-            if self.momentum is None:  # cumulative moving average: needs the count on the host
-                m = 1.0 / float(int(self.num_batches_tracked.item()) + 1)
-            else:
-                m = self.momentum
-            self.running_mean = self.running_mean * (1.0 - m) + mean * m
-            self.running_var = self.running_var * (1.0 - m) + var * m
-            self.num_batches_tracked = count
+            # momentum None: a cumulative moving average, which needs the count on the host
+            m = self.momentum if self.momentum is not None else 1.0 / float(int(nbt.item()) + 1)
+            buf["running_mean"] = rm * (1.0 - m) + mean * m
+            buf["running_var"] = rv * (1.0 - m) + var * m
+            buf["num_batches_tracked"] = nbt + 1
         _PENDING.add(self)
 
     def extra_repr(self) -> str:

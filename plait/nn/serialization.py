@@ -25,7 +25,7 @@ def save(obj: Module | Mapping[str, Any], path: str | Path) -> None:
     from safetensors.numpy import save_file
 
     sd = obj.state_dict() if isinstance(obj, Module) else obj
-    arrays = {k: np.ascontiguousarray(v.numpy() if isinstance(v, Tensor) else np.asarray(v)) for k, v in sd.items()}
+    arrays = {k: _contiguous(v.numpy() if isinstance(v, Tensor) else np.asarray(v)) for k, v in sd.items()}
     save_file(arrays, str(path))
 
 
@@ -36,3 +36,7 @@ def load(path: str | Path) -> dict[str, np.ndarray]:
     if not Path(path).exists():
         raise PlaitError(f"load: no safetensors file at {path}")
     return dict(load_file(str(path)))
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(a.shape)  # keep 0-d arrays 0-d (num_batches_tracked)
