@@ -1,0 +1,89 @@
+"""Training through the plait backend: SGD loss curves against eager, resident parameters, batch-norm statistics."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from plait.frontends.torch.partition import PlaitPartition
+from plait.models import torch_reference
+from tests.torch.helpers import assert_close, compile_plait, run_no_fallback
+
+
+def _sgd_losses(
+    model: torch.nn.Module, fn: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int
+) -> list[float]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        loss = F.cross_entropy(run_no_fallback(fn, x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_resnet18_sgd_loss_curve_matches_eager() -> None:
+    device = (
+        "cpu"  # 20 steps of a resnet: the cpu device only (the GPU run covers the others through PLAIT_TEST_DEVICES)
+    )
+    net = torch_reference.build("resnet18", num_classes=10)
+    ref = copy.deepcopy(net)
+    x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+    got = _sgd_losses(net, compile_plait(net, device), x, y, 20)
+    want = _sgd_losses(ref, ref, x, y, 20)
+    for step, (a, b) in enumerate(zip(got, want)):
+        assert abs(a - b) <= 1e-3 * max(1.0, abs(b)), f"step {step}: plait loss {a} vs eager {b}\n{got}\n{want}"
+    assert got[-1] < got[0]
+    for (name, p), q in zip(net.named_buffers(), ref.buffers()):
+        if p.dtype.is_floating_point:
+            assert_close(p, q, rtol=1e-3, atol=1e-4, what=f"buffer {name}")
+
+
+def _partitions(fn: object) -> list[PlaitPartition]:
+    mods = []
+    for obj in __import__("gc").get_objects():
+        if isinstance(obj, PlaitPartition):
+            mods.append(obj)
+    return mods
+
+
+def test_parameters_upload_only_when_their_version_changes(device: str) -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
+    ref = copy.deepcopy(net)
+    compiled = compile_plait(net, device)
+    x = torch.randn(4, 6)
+    with torch.no_grad():
+        run_no_fallback(compiled, x)
+        parts = [p for p in _partitions(compiled) if p.device == device]
+        entries = [c for p in parts for c in p.compiled.values() if c is not None]
+        first = sum(c.uploads for c in entries)
+        run_no_fallback(compiled, torch.randn(4, 6))
+        assert sum(c.uploads for c in entries) == first + 1, "only the new input should be uploaded"
+        net[0].weight.mul_(2.0)  # an in-place write bumps the version counter: the weight must be re-uploaded
+        ref[0].weight.mul_(2.0)
+        x2 = torch.randn(4, 6)
+        assert_close(run_no_fallback(compiled, x2), ref(x2), what="after an in-place weight update")
+        assert sum(c.uploads for c in entries) == first + 3
+
+
+def test_training_with_batchnorm_dropout_and_weight_sync(device: str) -> None:
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
+        torch.nn.Dropout(0.2), torch.nn.Linear(4 * 36, 3),
+    )  # fmt: skip
+    ref = copy.deepcopy(net)
+    x, y = torch.randn(5, 2, 6, 6), torch.randint(0, 3, (5,))
+    torch.manual_seed(7)
+    got = _sgd_losses(net, compile_plait(net, device), x, y, 4)
+    torch.manual_seed(7)
+    want = _sgd_losses(ref, ref, x, y, 4)
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, (got, want)
+    assert_close(net[1].running_mean, ref[1].running_mean, what="running_mean")
+    net.eval()
+    ref.eval()
+    with torch.no_grad():
+        assert_close(compile_plait(net, device)(x), ref(x), what="eval after training")
