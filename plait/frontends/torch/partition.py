@@ -254,7 +254,8 @@ def _match_meta(out: Any, val: Any, n: torch.fx.Node) -> Any:
         return type(out)(_match_meta(o, v, n) for o, v in zip(out, vals, strict=False))
     if not isinstance(out, Tensor) or not isinstance(val, torch.Tensor):
         return out
-    want = tuple(int(s) for s in val.shape)
+    symbolic = any(isinstance(s, torch.SymInt) for s in val.shape)  # sizes known only at call time
+    want = tuple(int(s) for s in val.shape) if not symbolic else out.shape
     if out.shape != want:
         raise PlaitError(f"{op_name(n.target)}: the plait lowering produced shape {out.shape}, torch expects {want}")
     if val.dtype in DTYPES and out.dtype != DTYPES[val.dtype]:
