@@ -41,7 +41,7 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--torch-device", help="device for PyTorch and ONNX Runtime (default: cuda if available, else cpu)")
     b.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads for every framework")
     b.add_argument("--batch", type=int, help="the larger batch for every model (default: per model)")
-    b.add_argument("--warmup", type=int, default=2)
+    b.add_argument("--warmup", type=int, help="untimed runs after the checked first call (default 2, 1 with --quick)")
     b.add_argument("--iters", type=int, help="timed iterations per cell (default 10, 5 with --quick)")
     b.add_argument(
         "--max-seconds", type=float, help="stop a cell's timing after this, min 3 iterations (default 20, 5 quick)"
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     torch_info = env.torch_settings(torch, args.tf32, args.cudnn_benchmark)
     runners = make_runners(frameworks, devices, args.threads, torch_device)
     s = Settings(
-        warmup=args.warmup,
+        warmup=args.warmup if args.warmup is not None else (1 if args.quick else 2),
         iters=args.iters or (5 if args.quick else 10),
         max_seconds=args.max_seconds or (5.0 if args.quick else 20.0),
         batch=args.batch,
