@@ -103,15 +103,24 @@ class TorchRunner(Runner):
             "device": self.device,
             "backend": backend,
             "plait_device": self.plait_device,
+            "dynamo_allow_rnn": self.plait_device is not None if self.compile else None,
             "version": torch.__version__,
         }
 
     def _compiled(self, model: Any) -> Any:
+        """Eager, or torch.compile from a clean dynamo: without reset() copies of one model class share compiled
+        code and its recompile limit, and plait's frontend turns allow_rnn on, which would make inductor unroll
+        GRUs that it otherwise leaves to eager PyTorch."""
         import torch
+        import torch._dynamo
 
+        if not self.compile:
+            return model
+        torch._dynamo.reset()
+        torch._dynamo.config.allow_rnn = self.plait_device is not None
         if self.plait_device:
             return torch.compile(model, backend="plait", options={"device": self.plait_device})
-        return torch.compile(model) if self.compile else model
+        return torch.compile(model)
 
     def sync(self) -> None:
         if self.device.startswith("cuda"):
