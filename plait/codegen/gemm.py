@@ -24,6 +24,9 @@ class GemmSpec:
     k: int
     a: tuple[int, int, int, int]  # offset, batch stride, m stride, k stride
     b: tuple[int, int, int, int]  # offset, batch stride, k stride, n stride
+    inner: int = 1  # batch index bz splits as (bz // inner, bz % inner): two batch dims (e.g. image, group)
+    a_inner: int = 0  # A's stride along the inner batch dim
+    b_inner: int = 0
 
     @property
     def flops(self) -> int:
@@ -61,156 +64,242 @@ def _finish(kind: str, spec: GemmSpec, src: str, gs: tuple[int, ...], ls: tuple[
     return RenderedKernel(name, src.replace("KERNEL_NAME", name), gs, ls)
 
 
-def _render_c_small(spec: GemmSpec, r: Any, epi: Epilogue | None) -> RenderedKernel:
-    """Few rows (a batch-1 linear layer): stream B once with no packing, as dot products along a contiguous k
-    (B = W^T of a row-major weight) or as row updates along a contiguous n."""
-    ao, sab, sam, sak = spec.a
-    bo, sbb, sbk, sbn = spec.b
-    m, n, k = spec.m, spec.n, spec.k
-    idx = f"bz * {m * n}L + (long)i * {n} + j"
-    if sbk == 1:
-        stmts, res, params = _epi(r, epi, "acc", idx, "        ")
-        body = f"""#pragma omp parallel for schedule(static)
-    for (int j = 0; j < {n}; j++) {{
-      const float* bj = b + (long)j * {sbn};
-      for (int i = 0; i < {m}; i++) {{
-        const float* ai = a + (long)i * {sam};
-        float acc = 0.0f;
-#pragma omp simd reduction(+:acc)
-        for (int p = 0; p < {k}; p++) acc += ai[(long)p * {sak}] * bj[p];
-{stmts}        c[(long)i * {n} + j] = {res};
-      }}
-    }}"""
-    else:
-        stmts, res, params = _epi(r, epi, "acc[j - j0]", idx, "          ")
-        body = f"""#pragma omp parallel for schedule(static)
-    for (int j0 = 0; j0 < {n}; j0 += 256) {{
-      int j1 = j0 + 256 < {n} ? j0 + 256 : {n};
-      for (int i = 0; i < {m}; i++) {{
-        float acc[256] = {{0}};
-        for (int p = 0; p < {k}; p++) {{
-          float av = a[(long)i * {sam} + (long)p * {sak}];
-          const float* bp = b + (long)p * {sbk};
-#pragma omp simd
-          for (int j = j0; j < j1; j++) acc[j - j0] += av * bp[(long)j * {sbn}];
-        }}
-        for (int j = j0; j < j1; j++) {{
-{stmts}          c[(long)i * {n} + j] = {res};
-        }}
-      }}
-    }}"""
-    src = f"""void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
-  for (long bz = 0; bz < {spec.batch}; bz++) {{
-    const float* a = A + {ao} + bz * {sab}L;
-    const float* b = B + {bo} + bz * {sbb}L;
-    float* c = C + bz * {m * n}L;
-    {body}
-  }}
-}}
-"""
-    return _finish("GEMV", spec, src, (1,), None)
-
-
-def render_c(spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
-    kn = {**C_DEFAULT, **(knobs or {})}
-    if spec.m <= kn.get("SMALL_M", 4):
-        return _render_c_small(spec, r, epi)
-    mr, nr, kc, vw = kn["MR"], kn["NR"], kn["KC"], kn["VW"]
+def _c_library(mr: int, nr: int, kc: int, vw: int) -> str:
+    """The shape-generic GEMM for one knob set: shared by every GEMM kernel of a translation unit (sizes and
+    strides are arguments), so a plan with many GEMMs compiles this code once."""
     nv = nr // vw
-    ao, sab, sam, sak = spec.a
-    bo, sbb, sbk, sbn = spec.b
-    m, n, k = spec.m, spec.n, spec.k
-    mp, np_ = -(-m // mr) * mr, -(-n // nr) * nr
-    stmts, res, params = _epi(r, epi, "v", f"bz * {m * n}L + (long)(i0 + i) * {n} + j0 + j", "                ")
-    epilogue = ""
-    if epi is not None:  # after the last k block, while the tile is still in cache
-        epilogue = f"""
-            if (pc + kc >= {k}) {{
-              for (int i = 0; i < mr; i++) for (int j = 0; j < nr; j++) {{
-                float v = c[(long)(i0 + i) * {n} + j0 + j];
-{stmts}                c[(long)(i0 + i) * {n} + j0 + j] = {res};
-              }}
-            }}"""
-    src = f"""/* KERNEL_NAME */
+    t = f"{mr}x{nr}x{kc}"
+    return f"""//@shared-begin gemm_{t}
 #include <stdlib.h>
 #include <string.h>
-typedef float vf __attribute__((vector_size({vw * 4})));
-#define MR {mr}
-#define NR {nr}
-#define NV {nv}
-#define KC {kc}
+typedef float plait_vf{vw} __attribute__((vector_size({vw * 4})));
+typedef void (*plait_epi_fn)(float* c, long bz, int i0, int j0, int mr, int nr, void* const* extra);
 
-static void micro_KERNEL_NAME(int kc, const float* restrict ap, const float* restrict bp, float* restrict c, int mr, int nr, int first) {{
-  vf acc[MR][NV];
-  for (int i = 0; i < MR; i++) for (int v = 0; v < NV; v++) acc[i][v] = (vf){{0}};
+static void plait_micro_{t}(int kc, const float* restrict ap, const float* restrict bp, float* restrict c, long rs,
+                            long cs, int mr, int nr, int first) {{
+  plait_vf{vw} acc[{mr}][{nv}];
+  for (int i = 0; i < {mr}; i++) for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_vf{vw}){{0}};
   for (int p = 0; p < kc; p++) {{
-    vf b[NV];
-    for (int v = 0; v < NV; v++) b[v] = *(const vf*)(bp + p * NR + v * {vw});
+    plait_vf{vw} b[{nv}];
+    for (int v = 0; v < {nv}; v++) b[v] = *(const plait_vf{vw}*)(bp + p * {nr} + v * {vw});
 #pragma GCC unroll {mr}
-    for (int i = 0; i < MR; i++) {{
-      float a = ap[p * MR + i];
-      for (int v = 0; v < NV; v++) acc[i][v] += b[v] * a;
+    for (int i = 0; i < {mr}; i++) {{
+      float a = ap[p * {mr} + i];
+      for (int v = 0; v < {nv}; v++) acc[i][v] += b[v] * a;
     }}
   }}
-  if (mr == MR && nr == NR) {{
-    for (int i = 0; i < MR; i++) for (int v = 0; v < NV; v++) {{
-      vf old;
-      if (first) old = (vf){{0}}; else memcpy(&old, c + i * {n} + v * {vw}, sizeof(vf));
+  if (mr == {mr} && nr == {nr} && cs == 1) {{
+    for (int i = 0; i < {mr}; i++) for (int v = 0; v < {nv}; v++) {{
+      plait_vf{vw} old;
+      if (first) old = (plait_vf{vw}){{0}}; else memcpy(&old, c + i * rs + v * {vw}, sizeof(old));
       old += acc[i][v];
-      memcpy(c + i * {n} + v * {vw}, &old, sizeof(vf));
+      memcpy(c + i * rs + v * {vw}, &old, sizeof(old));
     }}
   }} else {{
     for (int i = 0; i < mr; i++) for (int j = 0; j < nr; j++) {{
       float x = acc[i][j / {vw}][j % {vw}];
-      c[i * {n} + j] = first ? x : c[i * {n} + j] + x;
+      c[i * rs + j * cs] = first ? x : c[i * rs + j * cs] + x;
     }}
   }}
 }}
 
-void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
-  float* bp = aligned_alloc(64, sizeof(float) * KC * {np_});
-  float* ap = aligned_alloc(64, sizeof(float) * KC * {mp});
-  for (long bz = 0; bz < {spec.batch}; bz++) {{
-    const float* a = A + {ao} + bz * {sab}L;
-    const float* b = B + {bo} + bz * {sbb}L;
-    float* c = C + bz * {m * n}L;
-    for (int pc = 0; pc < {k}; pc += KC) {{
-      int kc = {k} - pc < KC ? {k} - pc : KC;
+/* C[bz] = A[bz] @ B[bz] for bz < batch, element (i, j) stored at i*rs + j*cs (trans: the caller swapped A and B
+   to compute C^T, which suits a narrow C); epi(tile) runs once a tile is final, while it is still in cache. */
+static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
+                            long sak, const float* B, long sbb, long sbi, long sbk, long sbn, float* C, int trans,
+                            plait_epi_fn epi, void* const* extra) {{
+  int mp = (m + {mr} - 1) / {mr} * {mr}, np_ = (n + {nr} - 1) / {nr} * {nr};
+  long rs = trans ? 1 : n, cs = trans ? m : 1;
+  float* bp = aligned_alloc(64, sizeof(float) * {kc} * np_);
+  float* ap = aligned_alloc(64, sizeof(float) * {kc} * mp);
 #pragma omp parallel
-      {{
+  for (long bz = 0; bz < batch; bz++) {{
+    const float* a = A + bz / inner * sab + bz % inner * sai;
+    const float* b = B + bz / inner * sbb + bz % inner * sbi;
+    float* c = C + bz * (long)m * n;
+    for (int pc = 0; pc < k; pc += {kc}) {{
+      int kc = k - pc < {kc} ? k - pc : {kc};
 #pragma omp for schedule(static) nowait
-        for (int j0 = 0; j0 < {np_}; j0 += NR)
-          for (int p = 0; p < kc; p++)
-            for (int j = 0; j < NR; j++)
-              bp[j0 * kc + p * NR + j] = j0 + j < {n} ? b[(long)(pc + p) * {sbk} + (long)(j0 + j) * {sbn}] : 0.0f;
+      for (int j0 = 0; j0 < np_; j0 += {nr})
+        for (int p = 0; p < kc; p++)
+          for (int j = 0; j < {nr}; j++)
+            bp[(long)j0 * kc + p * {nr} + j] = j0 + j < n ? b[(long)(pc + p) * sbk + (long)(j0 + j) * sbn] : 0.0f;
 #pragma omp for schedule(static)
-        for (int i0 = 0; i0 < {mp}; i0 += MR)
-          for (int p = 0; p < kc; p++)
-            for (int i = 0; i < MR; i++)
-              ap[i0 * kc + p * MR + i] = i0 + i < {m} ? a[(long)(i0 + i) * {sam} + (long)(pc + p) * {sak}] : 0.0f;
+      for (int i0 = 0; i0 < mp; i0 += {mr})
+        for (int p = 0; p < kc; p++)
+          for (int i = 0; i < {mr}; i++)
+            ap[(long)i0 * kc + p * {mr} + i] = i0 + i < m ? a[(long)(i0 + i) * sam + (long)(pc + p) * sak] : 0.0f;
 #pragma omp for collapse(2) schedule(static)
-        for (int j0 = 0; j0 < {np_}; j0 += NR)
-          for (int i0 = 0; i0 < {mp}; i0 += MR) {{
-            int mr = {m} - i0 < MR ? {m} - i0 : MR;
-            int nr = {n} - j0 < NR ? {n} - j0 : NR;
-            micro_KERNEL_NAME(kc, ap + i0 * kc, bp + j0 * kc, c + (long)i0 * {n} + j0, mr, nr, pc == 0);{epilogue}
+      for (int j0 = 0; j0 < np_; j0 += {nr})
+        for (int i0 = 0; i0 < mp; i0 += {mr}) {{
+          int mr = m - i0 < {mr} ? m - i0 : {mr};
+          int nr = n - j0 < {nr} ? n - j0 : {nr};
+          plait_micro_{t}(kc, ap + (long)i0 * kc, bp + (long)j0 * kc, c + i0 * rs + j0 * cs, rs, cs, mr, nr, pc == 0);
+          if (epi && pc + kc >= k) {{
+            if (trans) epi(c, bz, j0, i0, nr, mr, extra); else epi(c, bz, i0, j0, mr, nr, extra);
           }}
-      }}
+        }}
     }}
   }}
   free(ap);
   free(bp);
 }}
-#undef MR
-#undef NR
-#undef NV
-#undef KC
+
+/* Few rows (a batch-1 linear layer): stream B once with no packing. */
+static void plait_sgemv_small(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai,
+                              long sam, long sak, const float* B, long sbb, long sbi, long sbk, long sbn, float* C,
+                              plait_epi_fn epi, void* const* extra) {{
+  for (long bz = 0; bz < batch; bz++) {{
+    const float* a = A + bz / inner * sab + bz % inner * sai;
+    const float* b = B + bz / inner * sbb + bz % inner * sbi;
+    float* c = C + bz * (long)m * n;
+    if (sbk == 1) {{
+#pragma omp parallel for schedule(static)
+      for (int j = 0; j < n; j++) {{
+        const float* bj = b + (long)j * sbn;
+        for (int i = 0; i < m; i++) {{
+          const float* ai = a + (long)i * sam;
+          float acc = 0.0f;
+#pragma omp simd reduction(+:acc)
+          for (int p = 0; p < k; p++) acc += ai[(long)p * sak] * bj[p];
+          c[(long)i * n + j] = acc;
+        }}
+      }}
+    }} else {{
+#pragma omp parallel for schedule(static)
+      for (int j0 = 0; j0 < n; j0 += 256) {{
+        int j1 = j0 + 256 < n ? j0 + 256 : n;
+        for (int i = 0; i < m; i++) {{
+          float acc[256] = {{0}};
+          for (int p = 0; p < k; p++) {{
+            float av = a[(long)i * sam + (long)p * sak];
+            const float* bp = b + (long)p * sbk;
+#pragma omp simd
+            for (int j = j0; j < j1; j++) acc[j - j0] += av * bp[(long)j * sbn];
+          }}
+          for (int j = j0; j < j1; j++) c[(long)i * n + j] = acc[j - j0];
+        }}
+      }}
+    }}
+    if (epi) {{
+#pragma omp parallel for schedule(static)
+      for (int j0 = 0; j0 < n; j0 += 64) epi(c, bz, 0, j0, m, n - j0 < 64 ? n - j0 : 64, extra);
+    }}
+  }}
+}}
+//@shared-end
 """
-    return _finish("GEMM", spec, src, (1,), None)
+
+
+def render_c(spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
+    kn = {**C_DEFAULT, **(knobs or {})}
+    mr, nr, kc, vw = kn["MR"], kn["NR"], kn["KC"], kn["VW"]
+    ao, sab, sam, sak = spec.a
+    bo, sbb, sbk, sbn = spec.b
+    m, n, k = spec.m, spec.n, spec.k
+    small = m <= kn.get("SMALL_M", 4)
+    # a narrow product (few columns, many rows: late conv layers at batch 1) computes C^T = B^T A^T instead, so
+    # the wide side fills the vector micro-tile
+    trans = not small and n < nr and m > n
+    fn = "plait_sgemv_small" if small else f"plait_sgemm_{mr}x{nr}x{kc}"
+    stmts, res, params = _epi(r, epi, "v", f"bz * {m * n}L + (long)(i0 + i) * {n} + j0 + j", "    ")
+    epi_fn, extra, epilogue, holder = "0", "0", "", ""
+    if epi is not None:
+        loads = "".join(
+            f"  const {r.storage_type(x.dtype)}* restrict e{i} = extra[{i}];\n" for i, x in enumerate(epi.extra)
+        )
+        epi_fn, extra = "epi_KERNEL_NAME", "extra"
+        epilogue = f"""static void epi_KERNEL_NAME(float* c, long bz, int i0, int j0, int mr, int nr, void* const* extra) {{
+{loads}  for (int i = 0; i < mr; i++) for (int j = 0; j < nr; j++) {{
+    float v = c[(long)(i0 + i) * {n} + j0 + j];
+{stmts}    c[(long)(i0 + i) * {n} + j0 + j] = {res};
+  }}
+}}
+"""
+        holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(epi.extra))) or '0'}}};\n"
+    a_args = f"A + {ao}, {sab}, {spec.a_inner}, {sam}, {sak}"
+    b_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}, {sbn}"
+    if small:
+        call = f"{fn}({spec.batch}, {spec.inner}, {m}, {n}, {k}, {a_args}, {b_args}, C, {epi_fn}, {extra});"
+    elif trans:
+        bt_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbn}, {sbk}"
+        at_args = f"A + {ao}, {sab}, {spec.a_inner}, {sak}, {sam}"
+        call = f"{fn}({spec.batch}, {spec.inner}, {n}, {m}, {k}, {bt_args}, {at_args}, C, 1, {epi_fn}, {extra});"
+    else:
+        call = f"{fn}({spec.batch}, {spec.inner}, {m}, {n}, {k}, {a_args}, {b_args}, C, 0, {epi_fn}, {extra});"
+    src = f"""{_c_library(mr, nr, kc, vw)}/* KERNEL_NAME */
+{epilogue}void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
+{holder}  {call}
+}}
+"""
+    return _finish("GEMV" if small else "GEMM", spec, src, (1,), None)
+
+
+def _render_opencl_v2(spec: GemmSpec, tsk: int, r: Any, epi: Epilogue | None) -> RenderedKernel:
+    """128x128 tiles, 8x8 outputs per work-item as two 4-wide groups 64 apart, so local-memory reads are
+    conflict-free float4 loads (16 FMAs per load instead of 4)."""
+    ao, sab, sam, sak = spec.a
+    bo, sbb, sbk, sbn = spec.b
+    m, n, k = spec.m, spec.n, spec.k
+    a_map = "int mm = l / TSK, kk = l % TSK;" if sak == 1 else "int kk = l / 128, mm = l % 128;"
+    b_map = "int kk = l / 128, nn = l % 128;" if sbn == 1 else "int nn = l / TSK, kk = l % TSK;"
+    stmts, res, params = _epi(r, epi, "acc[i][j]", f"bz * {m * n}L + (long)gm * {n} + gn", "        ")
+    src = f"""/* KERNEL_NAME */
+#define TSK {tsk}
+__kernel __attribute__((reqd_work_group_size(16, 16, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
+  const int tn = get_local_id(0), tm = get_local_id(1);
+  const int tid = tm * 16 + tn;
+  const int n0 = get_group_id(0) * 128, m0 = get_group_id(1) * 128;
+  const long bz = get_global_id(2);
+  __global const float* a = A + {ao} + bz / {spec.inner} * {sab}L + bz % {spec.inner} * {spec.a_inner}L;
+  __global const float* b = B + {bo} + bz / {spec.inner} * {sbb}L + bz % {spec.inner} * {spec.b_inner}L;
+  __global float* c = C + bz * {m * n}L;
+  __local float As[TSK][128];
+  __local float Bs[TSK][128];
+  float acc[8][8];
+  for (int i = 0; i < 8; i++) for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
+  for (int k0 = 0; k0 < {k}; k0 += TSK) {{
+    for (int l = tid; l < TSK * 128; l += 256) {{
+      {a_map}
+      int gm = m0 + mm, gk = k0 + kk;
+      As[kk][mm] = (gm < {m} && gk < {k}) ? a[(long)gm * {sam} + (long)gk * {sak}] : 0.0f;
+    }}
+    for (int l = tid; l < TSK * 128; l += 256) {{
+      {b_map}
+      int gn = n0 + nn, gk = k0 + kk;
+      Bs[kk][nn] = (gn < {n} && gk < {k}) ? b[(long)gk * {sbk} + (long)gn * {sbn}] : 0.0f;
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int kk = 0; kk < TSK; kk++) {{
+      float4 a0 = vload4(0, &As[kk][tm * 4]), a1 = vload4(0, &As[kk][64 + tm * 4]);
+      float4 b0 = vload4(0, &Bs[kk][tn * 4]), b1 = vload4(0, &Bs[kk][64 + tn * 4]);
+      float av[8] = {{a0.s0, a0.s1, a0.s2, a0.s3, a1.s0, a1.s1, a1.s2, a1.s3}};
+      float bv[8] = {{b0.s0, b0.s1, b0.s2, b0.s3, b1.s0, b1.s1, b1.s2, b1.s3}};
+      for (int i = 0; i < 8; i++) for (int j = 0; j < 8; j++) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}
+  for (int i = 0; i < 8; i++) {{
+    int gm = m0 + (i < 4 ? tm * 4 + i : 64 + tm * 4 + i - 4);
+    if (gm >= {m}) continue;
+    for (int j = 0; j < 8; j++) {{
+      int gn = n0 + (j < 4 ? tn * 4 + j : 64 + tn * 4 + j - 4);
+      if (gn >= {n}) continue;
+{stmts}      c[(long)gm * {n} + gn] = {res};
+    }}
+  }}
+}}
+#undef TSK
+"""
+    gs = (-(-n // 128) * 16, -(-m // 128) * 16, spec.batch)
+    return _finish("GEMM", spec, src, gs, (16, 16, 1))
 
 
 def render_opencl(spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
     kn = {**CL_DEFAULT, **(knobs or {})}
+    if kn.get("V") == 2:
+        return _render_opencl_v2(spec, kn["TSK"], r, epi)
     tsm, tsn, tsk, wm, wn = kn["TSM"], kn["TSN"], kn["TSK"], kn["WPTM"], kn["WPTN"]
     rm, rn = tsm // wm, tsn // wn
     nt = rm * rn
@@ -233,8 +322,8 @@ __kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1))) void KERNEL_NAME(_
   const int tid = tm * RTSN + tn;
   const int n0 = get_group_id(0) * TSN, m0 = get_group_id(1) * TSM;
   const long bz = get_global_id(2);
-  __global const float* a = A + {ao} + bz * {sab}L;
-  __global const float* b = B + {bo} + bz * {sbb}L;
+  __global const float* a = A + {ao} + bz / {spec.inner} * {sab}L + bz % {spec.inner} * {spec.a_inner}L;
+  __global const float* b = B + {bo} + bz / {spec.inner} * {sbb}L + bz % {spec.inner} * {spec.b_inner}L;
   __global float* c = C + bz * {m * n}L;
   __local float As[TSK][TSM];
   __local float Bs[TSK][TSN];

@@ -17,6 +17,13 @@ class Node:
     __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "uid", "rg", "__weakref__")
 
     def __init__(self, op: str, srcs: tuple[Node, ...], arg: Any, shape: tuple[int, ...], dtype: DType, device: str):
+        for src in srcs:
+            if src.device != device:
+                from plait.errors import DeviceError
+
+                raise DeviceError(
+                    f"{op}: inputs on different devices ({src.device} and {device}); move one with .to(device)"
+                )
         self.op = op
         self.srcs = srcs
         self.arg = arg

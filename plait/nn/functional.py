@@ -12,6 +12,7 @@ a reduction; lookups go through the gather/scatter-add ops in plait.graph.ops.in
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
 from plait.frontends.native.tensor import Tensor, cat, stack, where
 from plait.graph.autodiff import no_grad
 from plait.graph.ops import indexing
+from plait.graph.ops.conv import Window, im2col
 
 IntPair = int | Sequence[int]
 
@@ -263,15 +265,15 @@ def conv2d(
     if oh < 1 or ow < 1:
         raise ShapeError(f"conv2d: input {x.shape} is too small for kernel {(kh, kw)} with padding {(ph, pw)}")
     g, k = groups, cg * kh * kw
-    wmat = weight.reshape(g, co // g, k)
     if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
-        cols = x.reshape(n, g, cg, h * w).permute(1, 2, 0, 3).reshape(g, k, n * h * w)
+        cols = x.reshape(n, g, k, h * w)
     else:
-        xp = x.pad(((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
-        views = _windows(xp, (kh, kw), (sh, sw), (dh, dw), (oh, ow))
-        patches = stack(views, 2) if len(views) > 1 else views[0].unsqueeze(2)  # (N, C, kh*kw, OH, OW)
-        cols = patches.reshape(n, g, k, oh * ow).permute(1, 2, 0, 3).reshape(g, k, n * oh * ow)
-    out = (wmat @ cols).reshape(co, n, oh, ow).permute(1, 0, 2, 3)
+        # implicit-GEMM operand: patch columns (N, C*kh*kw, OH*OW) from one im2col kernel (its gradient is col2im)
+        win = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw)
+        cols = Tensor(im2col(x.node, win)).reshape(n, g, k, oh * ow)
+    # one batched GEMM over (image, group), the weight broadcast over images; the product is already NCHW, so
+    # bias, batch norm and activations that follow fuse into the GEMM's epilogue
+    out = (weight.reshape(1, g, co // g, k) @ cols).reshape(n, co, oh, ow)
     if bias is not None:
         out = out + bias.reshape(co, 1, 1)
     return out
@@ -339,10 +341,10 @@ def _pool(
     fill = -math.inf if op == "max" else 0.0
     xp = x.pad(((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)), fill) if ph or pw or eh or ew else x
     views = _windows(xp, (kh, kw), (sh, sw), (dh, dw), (oh, ow))
-    win = stack(views, -1) if len(views) > 1 else views[0].unsqueeze(-1)
+    # an elementwise chain over the kh*kw strided views: one fused, branch-free kernel with no window tensor
     if op == "max":
-        return win.max(axis=-1)
-    total = win.sum(axis=-1)
+        return functools.reduce(Tensor.maximum, views)
+    total = functools.reduce(Tensor.__add__, views)
     if op == "sum":
         return total
     if count_include_pad and not (eh or ew):

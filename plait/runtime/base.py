@@ -5,6 +5,7 @@ A runtime module (cpu.py, opencl.py) subclasses these and is listed in plait.run
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,12 +39,25 @@ class Allocator:
         raise NotImplementedError
 
 
+_SHARED = re.compile(r"//@shared-begin (\S+)\n.*?//@shared-end\n", re.S)
+
+
 def join_sources(kernels: list[tuple[str, str]]) -> str:
-    """One translation unit from several kernel sources: text before each kernel's declaration (includes, helper
-    functions) is kept only the first time it appears, so shared helpers are not defined twice."""
+    """One translation unit from several kernel sources. A block between `//@shared-begin ID` and `//@shared-end`
+    (library code such as the generic GEMM) and the text before each kernel's declaration (includes, helper
+    functions) are kept only the first time they appear, so shared code is compiled and defined once."""
     seen: set[str] = set()
+    blocks: set[str] = set()
     parts: list[str] = []
+
+    def keep_first(match: re.Match[str]) -> str:
+        if match.group(1) in blocks:
+            return ""
+        blocks.add(match.group(1))
+        return match.group(0)
+
     for src, name in kernels:
+        src = _SHARED.sub(keep_first, src)
         cut = src.find(f"void {name}(")
         cut = src.rfind("\n", 0, cut) + 1 if cut > 0 else 0
         head, body = src[:cut], src[cut:]

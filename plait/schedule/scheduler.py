@@ -74,18 +74,55 @@ def strided_view(node: Node, realize: set[int]) -> tuple[Node, int, tuple[int, .
     return None
 
 
-def _gemm_operand(x: Node, realize: set[int]) -> tuple[Node, tuple[int, int, int, int]] | None:
-    view = strided_view(x, realize)
-    if view is None:
+def _batch_layout(
+    shape: tuple[int, ...], views: list[tuple[int, tuple[int, ...]]]
+) -> tuple[int, int, list[tuple[int, int]]] | None:
+    """Fold the batch dims of both GEMM operands into at most two (outer, inner) dims with one stride each.
+
+    Adjacent dims merge when every operand (and the contiguous output) can step over both with one stride.
+    Returns (batch, inner, [(outer stride, inner stride) per operand]), or None when more than two dims remain.
+    """
+    dims = [i for i, d in enumerate(shape) if d != 1]
+    groups: list[list[int]] = []
+    for i in dims:
+        if groups and all(st[groups[-1][-1]] == shape[i] * st[i] for _, st in views):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    if len(groups) > 2:
         return None
-    root, off, st = view
-    batch_shape, batch_st = x.shape[:-2], st[:-2]
-    dims = [(d, s) for d, s in zip(batch_shape, batch_st, strict=True) if d != 1]
-    for (_d0, s0), (d1, s1) in itertools.pairwise(dims):
-        if s0 != d1 * s1:
-            return None
-    bstride = dims[-1][1] if dims else 0
-    return root, (off, bstride, st[-2], st[-1])
+    sizes = [math.prod(shape[i] for i in g) for g in groups]
+    strides = [[st[g[-1]] for g in groups] for _, st in views]
+    while len(sizes) < 2:
+        sizes.insert(0, 1)
+        for s in strides:
+            s.insert(0, 0)
+    return sizes[0] * sizes[1], sizes[1], [(s[0], s[1]) for s in strides]
+
+
+def _gemm_plan(n: Node, realize: set[int]) -> tuple[Node, Node, GemmSpec]:
+    """The buffers and strided layout a GEMM reads; operands that are not strided views get realized first."""
+    while True:
+        views = [strided_view(x, realize) for x in n.srcs]
+        for x, v in zip(n.srcs, views, strict=True):
+            if v is None:
+                realize.add(x.uid)
+        if any(v is None for v in views):
+            continue
+        a_view, b_view = views
+        assert a_view is not None and b_view is not None
+        layout = _batch_layout(n.shape[:-2], [(a_view[1], a_view[2][:-2]), (b_view[1], b_view[2][:-2])])
+        if layout is None:
+            realize.update(x.uid for x in n.srcs)
+            continue
+        batch, inner, ((sab, sai), (sbb, sbi)) = layout
+        for root, _, _ in views:  # type: ignore[misc]
+            if not root.realized:
+                realize.add(root.uid)
+        (a, ao, ast), (b, bo, bst) = a_view, b_view
+        m, kk, nn = n.srcs[0].shape[-2], n.srcs[0].shape[-1], n.shape[-1]
+        spec = GemmSpec(batch, m, nn, kk, (ao, sab, ast[-2], ast[-1]), (bo, sbb, bst[-2], bst[-1]), inner, sai, sbi)
+        return a, b, spec
 
 
 def schedule(outputs: list[Node], split_parts: int) -> list[Item]:
@@ -98,7 +135,7 @@ def schedule(outputs: list[Node], split_parts: int) -> list[Item]:
         for s in n.srcs:
             users[s.uid] = users.get(s.uid, 0) + 1
     cost: dict[int, int] = {}
-    gemm_ops: dict[int, tuple[Node, Node, tuple[int, int, int, int], tuple[int, int, int, int]]] = {}
+    gemm_ops: dict[int, tuple[Node, Node, GemmSpec]] = {}
     for n in order:
         k = kind(n)
         if k in ("reduce", "matmul", "contract", "custom"):
@@ -114,26 +151,13 @@ def schedule(outputs: list[Node], split_parts: int) -> list[Item]:
             realize.add(n.srcs[0].uid)
     for n in order:
         if n.op == "matmul":
-            ops = []
-            for x in n.srcs:
-                got = _gemm_operand(x, realize)
-                if got is None:
-                    realize.add(x.uid)
-                    got = _gemm_operand(x, realize)
-                assert got is not None
-                root, view = got
-                if not root.realized:
-                    realize.add(root.uid)
-                ops.append((root, view))
-            gemm_ops[n.uid] = (ops[0][0], ops[1][0], ops[0][1], ops[1][1])
+            gemm_ops[n.uid] = _gemm_plan(n, realize)
     items: list[Item] = []
     for n in order:
         if n.uid not in realize:
             continue
         if n.op == "matmul":
-            a, b, av, bv = gemm_ops[n.uid]
-            m, kk, nn = n.srcs[0].shape[-2], n.srcs[0].shape[-1], n.shape[-1]
-            spec = GemmSpec(math.prod(n.shape[:-2]), m, nn, kk, av, bv)
+            a, b, spec = gemm_ops[n.uid]
             items.append(Item(n, [a, b], "gemm", gemm=spec))
             continue
         if n.op == "reshape" and (n.srcs[0].realized or n.srcs[0].uid in realize):

@@ -54,6 +54,8 @@ GEMM_CANDIDATES = {
         {"TSM": 128, "TSN": 128, "TSK": 16, "WPTM": 8, "WPTN": 8},
         {"TSM": 64, "TSN": 128, "TSK": 16, "WPTM": 4, "WPTN": 8},
         {"TSM": 32, "TSN": 32, "TSK": 16, "WPTM": 2, "WPTN": 2},
+        {"V": 2, "TSK": 8},
+        {"V": 2, "TSK": 16},
     ],
 }
 

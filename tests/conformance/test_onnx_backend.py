@@ -29,7 +29,13 @@ def _suite(device: str, include: list[str]) -> type:
     for name in EXCLUDED:
         bt.exclude(f"^{re.escape(name)}_cpu$")
     bt.exclude("_cuda$")  # plait takes inputs from host memory: ONNX's "CUDA" device variant does not apply
-    return bt.test_cases[CATEGORY]
+    cls = bt.test_cases[CATEGORY]
+    # excluded tests (each with its reason in exclusions.py) are removed rather than reported as skipped, so the
+    # run's output counts only tests that ran
+    for attr in [a for a in vars(cls) if a.startswith("test_")]:
+        if getattr(getattr(cls, attr), "__unittest_skip__", False):
+            delattr(cls, attr)
+    return cls
 
 
 if os.environ.get("PLAIT_CONFORMANCE", "1") != "0":

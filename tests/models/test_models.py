@@ -32,7 +32,10 @@ def test_forward_matches_reference(name: str, shape: tuple[int, ...]) -> None:
     p.load_state_dict(t.state_dict())
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     np.testing.assert_allclose(
-        p(plait.tensor(x, device="cpu")).numpy(), t(torch.tensor(x)).detach().numpy(), rtol=1e-3, atol=1e-5
+        p(plait.tensor(x, device=next(iter(p.parameters())).device)).numpy(),
+        t(torch.tensor(x)).detach().numpy(),
+        rtol=1e-3,
+        atol=1e-5,
     )
 
 
