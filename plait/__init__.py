@@ -6,7 +6,7 @@
 [[7.0, 10.0], [15.0, 22.0]]
 """
 
-from plait import dtypes
+from plait import dtypes, models, nn, optim
 from plait.dtypes import bool_, float16, float32, int32, int64
 from plait.errors import (
     CompileError,
@@ -17,11 +17,10 @@ from plait.errors import (
     TileError,
     UnsupportedError,
 )
-from plait.frontends.native.tensor import Tensor, cat, concatenate, matmul, maximum, minimum, stack, tensor, where
 from plait.frontends.native.jit import jit
+from plait.frontends.native.tensor import Tensor, cat, concatenate, matmul, maximum, minimum, stack, tensor, where
 from plait.graph.autodiff import no_grad
 from plait.runtime import default_device
-from plait import models, nn, optim  # noqa: E402  (after Tensor: they build on it)
 
 __version__ = "0.1.0"
 
@@ -51,6 +50,6 @@ def devices() -> list[dict[str, object]]:
 
 __all__ = [
     "CompileError", "DTypeError", "DeviceError", "PlaitError", "ShapeError", "Tensor", "TileError", "UnsupportedError",
-    "bool_", "cat", "concatenate", "default_device", "devices", "dtypes", "explain", "float16", "float32", "int32", "int64", "jit",
+    "bool_", "cat", "models", "nn", "optim", "concatenate", "default_device", "devices", "dtypes", "explain", "float16", "float32", "int32", "int64", "jit",
     "matmul", "maximum", "minimum", "no_grad", "stack", "tensor", "where",
 ]

@@ -185,5 +185,5 @@ class ExprBuilder:
             self.lines.append(f"{out} = {self.value(src, Idx(src.shape, coords=new))};")
             self.cache = saved  # values computed inside a branch are not visible after it
             offset += n
-        self.lines.append("}" if len(node.srcs) == 1 else "}")
+        self.lines.append("}")
         return out

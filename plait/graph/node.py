@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 from plait.dtypes import DType
+from plait.errors import DeviceError
 
 _ids = itertools.count()
 GRAD_MODE = [True]  # False inside plait.no_grad()
@@ -14,13 +15,16 @@ GRAD_MODE = [True]  # False inside plait.no_grad()
 class Node:
     """One value in the graph: `op` names an entry of plait.graph.ops.OPS; `arg` is that op's static argument."""
 
-    __slots__ = ("op", "srcs", "arg", "shape", "dtype", "device", "buffer", "uid", "rg", "__weakref__")
+    __slots__ = ("__weakref__", "arg", "buffer", "device", "dtype", "op", "rg", "shape", "srcs", "uid")
+    op: str
+    srcs: tuple[Node, ...]
+    shape: tuple[int, ...]
+    dtype: DType
+    device: str
 
     def __init__(self, op: str, srcs: tuple[Node, ...], arg: Any, shape: tuple[int, ...], dtype: DType, device: str):
         for src in srcs:
             if src.device != device:
-                from plait.errors import DeviceError
-
                 raise DeviceError(
                     f"{op}: inputs on different devices ({src.device} and {device}); move one with .to(device)"
                 )

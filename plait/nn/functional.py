@@ -21,7 +21,7 @@ import numpy as np
 
 from plait import dtypes
 from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
-from plait.frontends.native.tensor import Tensor, cat, stack, where
+from plait.frontends.native.tensor import Tensor, cat, where
 from plait.graph.autodiff import no_grad
 from plait.graph.ops import indexing
 from plait.graph.ops.conv import Window, im2col

@@ -162,7 +162,7 @@ class OpenCLDevice(Device):
             except CompileError:
                 prog = None  # build them one by one below, so the error names the kernel that fails
             if prog is not None:
-                for key, src, name in keyed:
+                for key, _src, name in keyed:
                     if key not in self._programs:
                         self._programs[key] = CLProgram(self, getattr(prog, name))
         return [self.compile(src, name) for src, name in kernels]

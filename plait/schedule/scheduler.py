@@ -3,7 +3,6 @@ kernels that read it (elementwise chains, movement ops, the input expression of 
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any

@@ -18,7 +18,7 @@ def matmul(a: Node, b: Node) -> Node:
 
 def transpose_last(x: Node) -> Node:
     n = len(x.shape)
-    return permute(x, tuple(range(n - 2)) + (n - 1, n - 2))
+    return permute(x, (*tuple(range(n - 2)), n - 1, n - 2))
 
 
 def _matmul_grad(n: Node, g: Node) -> tuple[Node, Node]:
