@@ -31,9 +31,25 @@ def _devices() -> list[str]:
     return usable_devices()
 
 
+def _model_devices() -> list[str]:
+    """Whole-model tests skip OpenCL drivers that run on the CPU (PoCL here), whose kernels take ~0.5 s each to
+    compile on 2 cores, unless PLAIT_TEST_DEVICES names them; the op, nn, tile and ONNX tests cover those."""
+    if os.environ.get("PLAIT_TEST_DEVICES"):
+        return DEVICES
+    from plait.runtime import get_device
+
+    return [d for d in DEVICES if d == "cpu" or get_device(d).info.extra.get("gpu")]
+
+
 DEVICES = _devices()
+MODEL_DEVICES = _model_devices()
 
 
 @pytest.fixture(params=DEVICES)
 def device(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=MODEL_DEVICES)
+def model_device(request: pytest.FixtureRequest) -> str:
     return str(request.param)

@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SITE=${SCRATCH:-/tmp}/plait-site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
+# plait itself, so its entry points (the torch.compile backend "plait") are registered
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target "$SITE" . >/dev/null
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # shellcheck source=tools/nvidia-opencl-env.sh
 source tools/nvidia-opencl-env.sh

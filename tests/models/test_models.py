@@ -55,7 +55,8 @@ def test_gru_classifier_matches_reference() -> None:
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-3, atol=1e-6, err_msg=k)
 
 
-def test_resnet18_sgd_step_matches_torch(device: str) -> None:
+def test_resnet18_sgd_step_matches_torch(model_device: str) -> None:
+    device = model_device
     torch.manual_seed(0)
     t = build("resnet18", num_classes=10)
     p = plait.models.resnet18(num_classes=10)

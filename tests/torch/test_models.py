@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from plait.models import torch_reference
-from tests.conftest import DEVICES
+from tests.conftest import MODEL_DEVICES
 from tests.torch.helpers import assert_close, compile_plait, run_no_fallback
 
 IMAGE = {"alexnet": 64, "resnet18": 32, "resnet50": 32, "vgg16": 32, "mobilenet_v2": 32}
@@ -29,8 +29,8 @@ def _randomise_bn(net: torch.nn.Module) -> None:
 
 # every net at batch 1 and 2 on the first device (cpu here; the GPU when PLAIT_TEST_DEVICES names it); on the other
 # devices (PoCL here, which compiles kernels slowly on 2 cores) resnet18 and mobilenet_v2 at batch 1
-CASES = [(n, b, DEVICES[0]) for n in sorted(IMAGE) for b in (1, 2)] + [
-    (n, 1, d) for d in DEVICES[1:] for n in ("mobilenet_v2", "resnet18")
+CASES = [(n, b, MODEL_DEVICES[0]) for n in sorted(IMAGE) for b in (1, 2)] + [
+    (n, 1, d) for d in MODEL_DEVICES[1:] for n in ("mobilenet_v2", "resnet18")
 ]
 
 
@@ -48,7 +48,8 @@ def test_vision_inference_matches_eager(name: str, batch: int, device: str) -> N
 
 
 @pytest.mark.parametrize("batch", [1, 16])
-def test_resnet18_batch_16(batch: int, device: str) -> None:
+def test_resnet18_batch_16(batch: int, model_device: str) -> None:
+    device = model_device
     net = torch_reference.build("resnet18", num_classes=10).eval()
     x = torch.randn(batch, 3, 32, 32)
     with torch.no_grad():
@@ -56,7 +57,8 @@ def test_resnet18_batch_16(batch: int, device: str) -> None:
 
 
 @pytest.mark.parametrize("batch", [1, 16])
-def test_gru_classifier_matches_eager(batch: int, device: str) -> None:
+def test_gru_classifier_matches_eager(batch: int, model_device: str) -> None:
+    device = model_device
     net = torch_reference.build("gru_classifier", vocab_size=100, embed_dim=16, hidden_size=24).eval()
     tokens = torch.randint(0, 100, (batch, 12))
     with torch.no_grad():
@@ -65,7 +67,8 @@ def test_gru_classifier_matches_eager(batch: int, device: str) -> None:
     assert_close(got, want, what=f"gru_classifier batch {batch} on {device}")
 
 
-def test_gru_classifier_training_matches_eager(device: str) -> None:
+def test_gru_classifier_training_matches_eager(model_device: str) -> None:
+    device = model_device
     net = torch_reference.build("gru_classifier", vocab_size=50, embed_dim=8, hidden_size=12)
     ref = copy.deepcopy(net)
     compiled = compile_plait(net, device)

@@ -26,7 +26,7 @@ def plait_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any] | 
 def explain(model: Any, *example_inputs: Any, device: str | None = None, training: bool = False) -> Any:
     """Compile and run `model` once with the plait backend; report which ATen ops ran in plait and which in
     PyTorch (with the reason), the partitions, and how many kernels the plans have."""
-    from plait.frontends.torch.explain import explain as run
+    from plait.frontends.torch.explaining import explain as run
 
     return run(model, *example_inputs, device=device, training=training)
 
