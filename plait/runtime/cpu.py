@@ -101,6 +101,7 @@ class CPUDevice(Device):
     def compile_batch(self, kernels: list[tuple[str, str]]) -> list[Program]:
         """All kernels of a plan in one translation unit: one compiler run instead of one per kernel."""
         todo = [(src, name) for src, name in kernels if cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), src) not in self._programs]
+        todo = list(dict((name, (src, name)) for src, name in todo).values())  # a kernel used twice is built once
         if len(todo) > 1:
             joined = join_sources(todo)
             key = cache.key_of("cpu-batch", self.info.driver, " ".join(FLAGS + LIBS), joined)

@@ -155,6 +155,7 @@ class OpenCLDevice(Device):
         """All kernels of a plan in one OpenCL program: one driver build instead of one per kernel."""
         keyed = [(cache.key_of("opencl", self.info.name, self.info.driver, src), src, name) for src, name in kernels]
         todo = [(src, name) for key, src, name in keyed if key not in self._programs]
+        todo = list(dict((name, (src, name)) for src, name in todo).values())  # a kernel used twice is built once
         if len(todo) > 1:
             joined = join_sources(todo)
             try:
