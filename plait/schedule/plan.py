@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from plait import settings
 from plait.codegen import gemm
 from plait.codegen.cstyle import RenderedKernel
 from plait.errors import CompileError, PlaitError
-from plait.graph.node import Node
+from plait.graph.node import Node, toposort
 from plait.graph.ops import OPS
 from plait.runtime import get_device
 from plait.runtime.base import Buffer, Device
@@ -109,9 +111,13 @@ class Plan:
         programs = _compile(
             self.device, [k for k, _ in pending], [i for i in self.items if i.kind != "alias" and i.out.size]
         )
+        self.programs: dict[int, tuple[Any, RenderedKernel]] = {}  # item out uid -> (program, kernel) for replays
         for (k, bufs), prog in zip(pending, programs, strict=True):
             self.kernels.append(k)
             self.launches.append(prog.bind(bufs, k.global_size, k.local_size))
+        built = [i for i in self.items if i.kind != "alias" and i.out.size]
+        for item, prog, (k, _) in zip(built, programs, pending, strict=True):
+            self.programs[item.out.uid] = (prog, k)
 
     def _buffer_of(self, node: Node) -> Buffer:
         if node.buffer is not None:
@@ -148,8 +154,86 @@ def attach(node: Node, buf: Buffer) -> None:
         weakref.finalize(buf, buf.device.allocator.free, buf.nbytes, buf.handle)
 
 
+@dataclass
+class _Step:
+    out_pos: int | None  # position of the item's node in the graph signature; None for scheduler-made nodes
+    nbytes: int
+    program: Any  # None for aliases and empty outputs
+    kernel: RenderedKernel | None
+    refs: list[tuple[str, int]]  # ("leaf", slot) or ("item", index of an earlier step)
+
+
+_RECIPES: OrderedDict[Any, list[_Step]] = OrderedDict()
+_MAX_RECIPES = 256
+
+
+def _signature(pending: list[Node]) -> tuple[Any, list[Node], list[Node], dict[int, tuple[str, int]]]:
+    """A structural key for the graph under `pending` (ops, arguments, shapes, dtypes, wiring, leaf shapes), the
+    nodes in signature order, the leaves, and each node's position."""
+    order = toposort(pending)
+    pos: dict[int, tuple[str, int]] = {}
+    parts: list[Any] = []
+    leaves: list[Node] = []
+    for i, n in enumerate(order):
+        if n.realized:
+            pos[n.uid] = ("leaf", len(leaves))
+            leaves.append(n)
+            parts.append((n.shape, n.dtype.name))
+            continue
+        pos[n.uid] = ("node", i)
+        arg = n.arg
+        if n.op == "const":
+            arg = repr(arg)  # -0.0 and 0.0 (or 1 and True) compare equal but render differently
+        else:
+            try:
+                hash(arg)
+            except TypeError:
+                arg = repr(arg)
+        parts.append((n.op, arg, n.shape, n.dtype.name, tuple(pos[x.uid] for x in n.srcs)))
+    key = (pending[0].device, tuple(parts), tuple(pos[n.uid] for n in pending))
+    return key, order, leaves, pos
+
+
+def _recipe(plan: Plan, pos: dict[int, tuple[str, int]]) -> list[_Step]:
+    item_index: dict[int, int] = {}
+    steps: list[_Step] = []
+    for j, item in enumerate(plan.items):
+        refs = []
+        for x in item.inputs:
+            where = pos.get(x.uid)
+            refs.append(where if where is not None and where[0] == "leaf" else ("item", item_index[x.uid]))
+        prog, kernel = plan.programs.get(item.out.uid, (None, None))
+        at = pos.get(item.out.uid)
+        steps.append(_Step(at[1] if at else None, item.out.size * item.out.dtype.itemsize, prog, kernel, refs))
+        item_index[item.out.uid] = j
+    return steps
+
+
+def _replay(device: Device, steps: list[_Step], order: list[Node], leaves: list[Node]) -> None:
+    bufs: list[Buffer] = []
+    for step in steps:
+        ins = [leaves[i].buffer if kind == "leaf" else bufs[i] for kind, i in step.refs]
+        if step.program is None and step.refs and step.nbytes == ins[0].nbytes:
+            buf = ins[0]  # an alias: a reshape of a contiguous buffer
+        else:
+            buf = device.allocator.alloc(step.nbytes)
+            if step.program is not None and step.kernel is not None:
+                step.program.bind([buf, *ins], step.kernel.global_size, step.kernel.local_size)()
+        bufs.append(buf)
+    for step, buf in zip(steps, bufs, strict=True):
+        if step.out_pos is not None:
+            attach(order[step.out_pos], buf)
+        elif not buf.managed:
+            buf.managed = True
+            weakref.finalize(buf, buf.device.allocator.free, buf.nbytes, buf.handle)
+
+
 def realize(nodes: list[Node]) -> None:
-    """Compute `nodes` (lazy graph -> kernels -> run) and turn each into a leaf holding its buffer."""
+    """Compute `nodes` (lazy graph -> kernels -> run) and turn each into a leaf holding its buffer.
+
+    A graph with the same structure as one realized before (a training step, a loop body) replays the kernels
+    compiled for it with the new buffers: no scheduling, rendering or compiling.
+    """
     pending = [n for n in nodes if not n.realized]
     if not pending:
         return
@@ -157,7 +241,16 @@ def realize(nodes: list[Node]) -> None:
     for n in pending:
         by_device.setdefault(n.device, []).append(n)
     for group in by_device.values():
+        key, order, leaves, pos = _signature(group)
+        steps = _RECIPES.get(key)
+        if steps is not None:
+            _RECIPES.move_to_end(key)
+            _replay(get_device(group[0].device), steps, order, leaves)
+            continue
         plan = Plan(group)
         plan.run()
+        _RECIPES[key] = _recipe(plan, pos)
+        if len(_RECIPES) > _MAX_RECIPES:
+            _RECIPES.popitem(last=False)
         for item in plan.items:
             attach(item.out, plan.buffers[item.out.uid])
