@@ -58,8 +58,10 @@ def main() -> None:
         assert np.allclose(ew(x, y), chain_np(x, y), rtol=1e-4, atol=1e-5), f"{dev}: chain differs from NumPy"
         plan_ew, _ = ew.plan_for([x, y])
         t_ew = measure(lambda: (plan_ew.run(), d.synchronize()), iters=5)["median_ms"]
-        print(f"| {dev} ({d.info.name}) | {t_mm:.2f} | {flops / t_mm / 1e6:.1f} | {t_np_mm / t_mm:.2f}x | "
-              f"{t_ew:.2f} | {nbytes / t_ew / 1e6:.1f} | {t_np_ew / t_ew:.2f}x | {len(plan_ew.kernels)} |")
+        print(
+            f"| {dev} ({d.info.name}) | {t_mm:.2f} | {flops / t_mm / 1e6:.1f} | {t_np_mm / t_mm:.2f}x | "
+            f"{t_ew:.2f} | {nbytes / t_ew / 1e6:.1f} | {t_np_ew / t_ew:.2f}x | {len(plan_ew.kernels)} |"
+        )
 
 
 if __name__ == "__main__":

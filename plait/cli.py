@@ -27,8 +27,10 @@ def _devices(args: argparse.Namespace) -> int:
         if r["usable"]:
             mark = " (default)" if r["name"] == default else ""
             peak = f", peak {r['peak_gflops']} GFLOP/s, {r['peak_gbps']} GB/s" if "peak_gflops" in r else ""
-            print(f"{r['name']}{mark}: {r['kind']} | {r['device']} | {r['compute_units']} compute units, "
-                  f"{r['memory_gib']} GiB{peak} | {r['driver']}")
+            print(
+                f"{r['name']}{mark}: {r['kind']} | {r['device']} | {r['compute_units']} compute units, "
+                f"{r['memory_gib']} GiB{peak} | {r['driver']}"
+            )
         else:
             print(f"{r['name']}: UNUSABLE - {r['reason']}")
     return 0

@@ -25,7 +25,9 @@ REGISTRY: dict[str, Setting] = {
     for s in (
         Setting("PLAIT_DEVICE", str, "", "default device ('cpu', 'opencl', 'opencl:N'); empty: the fastest usable one"),
         Setting("PLAIT_DEBUG", int, 0, "1: log each compiled kernel; 2: also print generated source"),
-        Setting("PLAIT_DUMP_DIR", str, "", "folder to write every compilation stage into (graph, source) for debugging"),
+        Setting(
+            "PLAIT_DUMP_DIR", str, "", "folder to write every compilation stage into (graph, source) for debugging"
+        ),
         Setting("PLAIT_CACHE_DIR", str, "", "kernel cache folder; empty: the user cache dir from platformdirs"),
         Setting("PLAIT_CC", str, "", "C compiler for the cpu device; empty: cc, gcc or clang, whichever exists"),
         Setting("PLAIT_NUM_THREADS", int, 0, "threads for the cpu device; 0: all cores"),

@@ -26,7 +26,9 @@ TOLERANCE = {  # dtype -> (rtol, atol)
 }
 
 
-def rand(shape: Sequence[int], dtype: str = "float32", seed: int = 0, low: float = -2.0, high: float = 2.0) -> np.ndarray:
+def rand(
+    shape: Sequence[int], dtype: str = "float32", seed: int = 0, low: float = -2.0, high: float = 2.0
+) -> np.ndarray:
     rng = np.random.default_rng(seed)
     if dtype == "bool":
         return rng.random(shape) > 0.5
@@ -42,7 +44,9 @@ def assert_close(got: np.ndarray, want: np.ndarray, dtype: str, what: str, tol_s
     if dtype in ("int32", "int64", "bool"):
         np.testing.assert_array_equal(got, want, err_msg=what)
     else:
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol * tol_scale, atol=atol * tol_scale, err_msg=what)
+        np.testing.assert_allclose(
+            got.astype(np.float64), want.astype(np.float64), rtol=rtol * tol_scale, atol=atol * tol_scale, err_msg=what
+        )
 
 
 def check_op(
@@ -56,7 +60,9 @@ def check_op(
     low: float = -2.0,
     high: float = 2.0,
 ) -> None:
-    arrays = [x if isinstance(x, np.ndarray) else rand(x, dtype, seed=i, low=low, high=high) for i, x in enumerate(inputs)]
+    arrays = [
+        x if isinstance(x, np.ndarray) else rand(x, dtype, seed=i, low=low, high=high) for i, x in enumerate(inputs)
+    ]
     floats = [a.dtype.kind == "f" for a in arrays]
     ts = [plait.tensor(a, device=device, requires_grad=grad and f) for a, f in zip(arrays, floats)]
     tt = [torch.tensor(a, requires_grad=grad and f) for a, f in zip(arrays, floats)]
@@ -65,7 +71,13 @@ def check_op(
     outs, refs = (list(out), list(ref)) if isinstance(out, (list, tuple)) else ([out], [ref])
     out_dtype = str(refs[0].dtype).replace("torch.", "")
     for i, (o, r) in enumerate(zip(outs, refs)):
-        assert_close(o.numpy(), r.detach().numpy(), out_dtype if out_dtype in TOLERANCE else dtype, f"forward output {i} on {device}", tol_scale)
+        assert_close(
+            o.numpy(),
+            r.detach().numpy(),
+            out_dtype if out_dtype in TOLERANCE else dtype,
+            f"forward output {i} on {device}",
+            tol_scale,
+        )
     if not (grad and any(floats) and refs[0].dtype.is_floating_point):
         return
     weights = [rand(r.shape, "float32", seed=100 + i) for i, r in enumerate(refs)]

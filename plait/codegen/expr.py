@@ -72,7 +72,11 @@ class ExprBuilder:
 
     def linear(self, idx: Idx) -> str:
         if idx.linear is None:
-            terms = [f"{c} * {t}" if t != 1 else c for c, t, s in zip(self.coords(idx), strides_of(idx.shape), idx.shape, strict=True) if s != 1 and c != "0"]
+            terms = [
+                f"{c} * {t}" if t != 1 else c
+                for c, t, s in zip(self.coords(idx), strides_of(idx.shape), idx.shape, strict=True)
+                if s != 1 and c != "0"
+            ]
             idx.linear = self.tmp(self.idx_t, " + ".join(terms) if terms else "0", "i")
         return idx.linear
 
@@ -139,7 +143,10 @@ class ExprBuilder:
             new = ["0" if s == 1 else c for c, s in zip(cs, src.shape, strict=True)]
             return self.value(src, Idx(src.shape, coords=new))
         if op == "shrink":
-            new = [c if (a, t) == (0, 1) else f"({a} + {c} * {t})" if t != 1 else f"({a} + {c})" for c, (a, _, t) in zip(cs, node.arg, strict=True)]
+            new = [
+                c if (a, t) == (0, 1) else f"({a} + {c} * {t})" if t != 1 else f"({a} + {c})"
+                for c, (a, _, t) in zip(cs, node.arg, strict=True)
+            ]
             return self.value(src, Idx(src.shape, coords=new))
         if op == "flip":
             new = [f"({src.shape[i] - 1} - {c})" if i in node.arg else c for i, c in enumerate(cs)]
@@ -165,7 +172,9 @@ class ExprBuilder:
         v = self.value(src, Idx(src.shape, coords=new))
         if not conds:
             return v
-        return self.tmp(self.r.compute_type(node.dtype), f"({' && '.join(conds)}) ? {v} : {self.r.literal(fill, node.dtype)}")
+        return self.tmp(
+            self.r.compute_type(node.dtype), f"({' && '.join(conds)}) ? {v} : {self.r.literal(fill, node.dtype)}"
+        )
 
     def _cat(self, node: Node, cs: list[str]) -> str:
         """Only the source that holds the element is evaluated: one if/else branch per source."""

@@ -191,7 +191,9 @@ static void plait_sgemv_small(long batch, long inner, int m, int n, int k, const
 """
 
 
-def render_c(spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
+def render_c(
+    spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None
+) -> RenderedKernel:
     kn = {**C_DEFAULT, **(knobs or {})}
     mr, nr, kc, vw = kn["MR"], kn["NR"], kn["KC"], kn["VW"]
     ao, sab, sam, sak = spec.a
@@ -296,7 +298,9 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void KERNEL_NAME(__glo
     return _finish("GEMM", spec, src, gs, (16, 16, 1))
 
 
-def render_opencl(spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
+def render_opencl(
+    spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None
+) -> RenderedKernel:
     kn = {**CL_DEFAULT, **(knobs or {})}
     if kn.get("V") == 2:
         return _render_opencl_v2(spec, kn["TSK"], r, epi)

@@ -28,8 +28,17 @@ if settings.get("PLAIT_NUM_THREADS"):
 
 # -fno-math-errno plus glibc's __FAST_MATH__ declarations let loops call libmvec's vector exp/tanh/...; unlike
 # -ffast-math this keeps IEEE semantics for inf and NaN, which reductions and padding rely on.
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-ffp-contract=fast", "-fno-math-errno",
-         "-D__FAST_MATH__"]
+FLAGS = [
+    "-O3",
+    "-march=native",
+    "-fopenmp",
+    "-shared",
+    "-fPIC",
+    "-std=gnu11",
+    "-ffp-contract=fast",
+    "-fno-math-errno",
+    "-D__FAST_MATH__",
+]
 LIBS = ["-lmvec", "-lm"]
 
 
@@ -100,7 +109,11 @@ class CPUDevice(Device):
 
     def compile_batch(self, kernels: list[tuple[str, str]]) -> list[Program]:
         """All kernels of a plan in one translation unit: one compiler run instead of one per kernel."""
-        todo = [(src, name) for src, name in kernels if cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), src) not in self._programs]
+        todo = [
+            (src, name)
+            for src, name in kernels
+            if cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), src) not in self._programs
+        ]
         todo = list(dict((name, (src, name)) for src, name in todo).values())  # a kernel used twice is built once
         if len(todo) > 1:
             joined = join_sources(todo)
@@ -138,7 +151,9 @@ class CPUDevice(Device):
         try:
             return ctypes.CDLL(str(path))
         except OSError as e:
-            raise CompileError(f"cpu: a freshly built kernel library does not load ({e}); check PLAIT_CC and the C toolchain") from e
+            raise CompileError(
+                f"cpu: a freshly built kernel library does not load ({e}); check PLAIT_CC and the C toolchain"
+            ) from e
 
     def _build(self, source: str) -> bytes:
         with tempfile.TemporaryDirectory(prefix="plait-cc-") as tmp:
@@ -146,7 +161,9 @@ class CPUDevice(Device):
             src.write_text(source)
             res = subprocess.run([self.cc, *FLAGS, str(src), "-o", str(out), *LIBS], capture_output=True, text=True)
             if res.returncode != 0:
-                raise CompileError(f"cpu: {self.cc} failed to build a kernel:\n{res.stderr[-4000:]}\n--- source ---\n{source[:4000]}")
+                raise CompileError(
+                    f"cpu: {self.cc} failed to build a kernel:\n{res.stderr[-4000:]}\n--- source ---\n{source[:4000]}"
+                )
             return out.read_bytes()
 
     def synchronize(self) -> None:

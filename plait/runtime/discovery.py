@@ -36,8 +36,13 @@ def list_devices(measure: bool = False) -> list[dict[str, Any]]:
             continue
         info = dev.info
         row: dict[str, Any] = {
-            "name": dev.name, "usable": True, "kind": info.kind, "device": info.name, "driver": info.driver,
-            "compute_units": info.compute_units, "memory_gib": round(info.memory_bytes / 2**30, 1),
+            "name": dev.name,
+            "usable": True,
+            "kind": info.kind,
+            "device": info.name,
+            "driver": info.driver,
+            "compute_units": info.compute_units,
+            "memory_gib": round(info.memory_bytes / 2**30, 1),
         }
         if measure:
             row.update(measure_peak(dev))

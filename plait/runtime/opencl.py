@@ -139,9 +139,16 @@ class OpenCLDevice(Device):
         self.allocator = CLAllocator(self)
         self._programs: dict[str, CLProgram] = {}
         self.info = DeviceInfo(
-            "opencl", dev.name.strip(), dev.max_compute_units, dev.global_mem_size,
+            "opencl",
+            dev.name.strip(),
+            dev.max_compute_units,
+            dev.global_mem_size,
             driver=f"{dev.platform.name.strip()} {dev.driver_version}",
-            extra={"platform": dev.platform.version, "local_mem": dev.local_mem_size, "gpu": bool(dev.type & cl.device_type.GPU)},
+            extra={
+                "platform": dev.platform.version,
+                "local_mem": dev.local_mem_size,
+                "gpu": bool(dev.type & cl.device_type.GPU),
+            },
         )
 
     def compile(self, source: str, kernel_name: str) -> Program:
@@ -183,7 +190,9 @@ class OpenCLDevice(Device):
                 prog = cl.Program(self.ctx, source).build()
             except cl.Error as e:
                 log = str(e)[-4000:]
-                raise CompileError(f"{self.name}: the OpenCL compiler rejected a kernel:\n{log}\n--- source ---\n{source[:4000]}") from e
+                raise CompileError(
+                    f"{self.name}: the OpenCL compiler rejected a kernel:\n{log}\n--- source ---\n{source[:4000]}"
+                ) from e
         bins = prog.get_info(cl.program_info.BINARIES)
         if bins and bins[0]:
             cache.put("opencl", key, bytes(bins[0]))
@@ -191,5 +200,3 @@ class OpenCLDevice(Device):
 
     def synchronize(self) -> None:
         self.queue.finish()
-
-

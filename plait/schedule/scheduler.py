@@ -227,4 +227,3 @@ def _boundary(srcs: tuple[Node, ...], realize: set[int]) -> list[Node]:
         elif n.op != "const":
             stack.extend(reversed(n.srcs))
     return out
-

@@ -48,7 +48,13 @@ def knobs_for(device: Device, kind: str, spec: Any) -> dict[str, int]:
 
 
 GEMM_CANDIDATES = {
-    "c": [{"MR": 8, "NR": 32}, {"MR": 12, "NR": 32}, {"MR": 6, "NR": 64}, {"MR": 4, "NR": 64}, {"MR": 14, "NR": 32, "KC": 384}],
+    "c": [
+        {"MR": 8, "NR": 32},
+        {"MR": 12, "NR": 32},
+        {"MR": 6, "NR": 64},
+        {"MR": 4, "NR": 64},
+        {"MR": 14, "NR": 32, "KC": 384},
+    ],
     "opencl": [
         {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 4, "WPTN": 4},
         {"TSM": 128, "TSN": 128, "TSK": 16, "WPTM": 8, "WPTN": 8},

@@ -52,7 +52,9 @@ def test_resnet18_sgd_loss_curve_matches_eager() -> None:
         if p.dtype.is_floating_point:
             spread = float((q.double() - r).norm())
             gap = float((p.double() - q.double()).norm())
-            assert gap <= 3 * spread + 1e-3 * float(q.norm()), f"buffer {name}: plait-eager {gap} vs float32 spread {spread}"
+            assert gap <= 3 * spread + 1e-3 * float(q.norm()), (
+                f"buffer {name}: plait-eager {gap} vs float32 spread {spread}"
+            )
 
 
 def _partitions(fn: object) -> list[PlaitPartition]:

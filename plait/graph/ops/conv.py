@@ -51,7 +51,9 @@ def im2col(x: Node, win: Window) -> Node:
     if x.shape != (win.n, win.c, win.h, win.w):
         raise ShapeError(f"im2col: input shape {x.shape} does not match the window geometry {win}")
     if win.oh < 1 or win.ow < 1:
-        raise ShapeError(f"im2col: input {x.shape} is too small for kernel {(win.kh, win.kw)} with padding {(win.ph, win.pw)}")
+        raise ShapeError(
+            f"im2col: input {x.shape} is too small for kernel {(win.kh, win.kw)} with padding {(win.ph, win.pw)}"
+        )
     return Node("im2col", (x,), win, win.cols_shape, x.dtype, x.device)
 
 
