@@ -53,11 +53,11 @@ def main() -> None:
         got = mm(a, b)
         assert np.allclose(got, a @ b, rtol=1e-3, atol=1e-2), f"{dev}: matmul differs from NumPy"
         plan_mm, _ = mm.plan_for([a, b])
-        t_mm = measure(lambda: (plan_mm.run(), d.synchronize()), iters=10)["median_ms"]
+        t_mm = measure(lambda p=plan_mm, d=d: (p.run(), d.synchronize()), iters=10)["median_ms"]
         ew = plait.jit(chain_plait, device=dev)
         assert np.allclose(ew(x, y), chain_np(x, y), rtol=1e-4, atol=1e-5), f"{dev}: chain differs from NumPy"
         plan_ew, _ = ew.plan_for([x, y])
-        t_ew = measure(lambda: (plan_ew.run(), d.synchronize()), iters=5)["median_ms"]
+        t_ew = measure(lambda p=plan_ew, d=d: (p.run(), d.synchronize()), iters=5)["median_ms"]
         print(
             f"| {dev} ({d.info.name}) | {t_mm:.2f} | {flops / t_mm / 1e6:.1f} | {t_np_mm / t_mm:.2f}x | "
             f"{t_ew:.2f} | {nbytes / t_ew / 1e6:.1f} | {t_np_ew / t_ew:.2f}x | {len(plan_ew.kernels)} |"
