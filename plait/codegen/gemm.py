@@ -145,46 +145,41 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   free(bp);
 }}
 
-/* Few rows (a batch-1 linear layer): stream B once with no packing. */
+/* Few rows (a batch-1 linear layer, a depthwise convolution): stream B once with no packing. One parallel loop
+   over (batch, column blocks), so many small batches (one per channel group) cost one parallel region. */
 static void plait_sgemv_small(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai,
                               long sam, long sak, const float* B, long sbb, long sbi, long sbk, long sbn, float* C,
                               plait_epi_fn epi, void* const* extra) {{
-  for (long bz = 0; bz < batch; bz++) {{
+  long blocks = (n + 63) / 64;
+#pragma omp parallel for schedule(static)
+  for (long t = 0; t < batch * blocks; t++) {{
+    long bz = t / blocks;
+    int j0 = (int)(t % blocks) * 64, j1 = j0 + 64 < n ? j0 + 64 : n;
     const float* a = A + bz / inner * sab + bz % inner * sai;
     const float* b = B + bz / inner * sbb + bz % inner * sbi;
     float* c = C + bz * (long)m * n;
-    if (sbk == 1) {{
-#pragma omp parallel for schedule(static)
-      for (int j = 0; j < n; j++) {{
-        const float* bj = b + (long)j * sbn;
-        for (int i = 0; i < m; i++) {{
+    for (int i = 0; i < m; i++) {{
+      if (sbk == 1) {{
+        for (int j = j0; j < j1; j++) {{
+          const float* bj = b + (long)j * sbn;
           const float* ai = a + (long)i * sam;
           float acc = 0.0f;
 #pragma omp simd reduction(+:acc)
           for (int p = 0; p < k; p++) acc += ai[(long)p * sak] * bj[p];
           c[(long)i * n + j] = acc;
         }}
-      }}
-    }} else {{
-#pragma omp parallel for schedule(static)
-      for (int j0 = 0; j0 < n; j0 += 256) {{
-        int j1 = j0 + 256 < n ? j0 + 256 : n;
-        for (int i = 0; i < m; i++) {{
-          float acc[256] = {{0}};
-          for (int p = 0; p < k; p++) {{
-            float av = a[(long)i * sam + (long)p * sak];
-            const float* bp = b + (long)p * sbk;
+      }} else {{
+        float acc[64] = {{0}};
+        for (int p = 0; p < k; p++) {{
+          float av = a[(long)i * sam + (long)p * sak];
+          const float* bp = b + (long)p * sbk;
 #pragma omp simd
-            for (int j = j0; j < j1; j++) acc[j - j0] += av * bp[(long)j * sbn];
-          }}
-          for (int j = j0; j < j1; j++) c[(long)i * n + j] = acc[j - j0];
+          for (int j = j0; j < j1; j++) acc[j - j0] += av * bp[(long)j * sbn];
         }}
+        for (int j = j0; j < j1; j++) c[(long)i * n + j] = acc[j - j0];
       }}
     }}
-    if (epi) {{
-#pragma omp parallel for schedule(static)
-      for (int j0 = 0; j0 < n; j0 += 64) epi(c, bz, 0, j0, m, n - j0 < 64 ? n - j0 : 64, extra);
-    }}
+    if (epi) epi(c, bz, 0, j0, m, j1 - j0, extra);
   }}
 }}
 //@shared-end
