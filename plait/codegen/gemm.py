@@ -232,11 +232,21 @@ def render_c(
     return _finish("GEMV" if small else "GEMM", spec, src, (1,), None)
 
 
+def _cl_operands(spec: GemmSpec) -> str:
+    """The batch `bz`'s A, B and C pointers inside an OpenCL GEMM kernel (two-level batch strides)."""
+    (ao, sab, _, _), (bo, sbb, _, _), i = spec.a, spec.b, spec.inner
+    return (
+        f"  __global const float* a = A + {ao} + bz / {i} * {sab}L + bz % {i} * {spec.a_inner}L;\n"
+        f"  __global const float* b = B + {bo} + bz / {i} * {sbb}L + bz % {i} * {spec.b_inner}L;\n"
+        f"  __global float* c = C + bz * {spec.m * spec.n}L;\n"
+    )
+
+
 def _render_opencl_v2(spec: GemmSpec, tsk: int, r: Any, epi: Epilogue | None) -> RenderedKernel:
     """128x128 tiles, 8x8 outputs per work-item as two 4-wide groups 64 apart, so local-memory reads are
     conflict-free float4 loads (16 FMAs per load instead of 4)."""
-    ao, sab, sam, sak = spec.a
-    bo, sbb, sbk, sbn = spec.b
+    _, _, sam, sak = spec.a
+    _, _, sbk, sbn = spec.b
     m, n, k = spec.m, spec.n, spec.k
     a_map = "int mm = l / TSK, kk = l % TSK;" if sak == 1 else "int kk = l / 128, mm = l % 128;"
     b_map = "int kk = l / 128, nn = l % 128;" if sbn == 1 else "int nn = l / TSK, kk = l % TSK;"
@@ -248,10 +258,7 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void KERNEL_NAME(__glo
   const int tid = tm * 16 + tn;
   const int n0 = get_group_id(0) * 128, m0 = get_group_id(1) * 128;
   const long bz = get_global_id(2);
-  __global const float* a = A + {ao} + bz / {spec.inner} * {sab}L + bz % {spec.inner} * {spec.a_inner}L;
-  __global const float* b = B + {bo} + bz / {spec.inner} * {sbb}L + bz % {spec.inner} * {spec.b_inner}L;
-  __global float* c = C + bz * {m * n}L;
-  __local float As[TSK][128];
+{_cl_operands(spec)}  __local float As[TSK][128];
   __local float Bs[TSK][128];
   float acc[8][8];
   for (int i = 0; i < 8; i++) for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
@@ -302,8 +309,8 @@ def render_opencl(
     tsm, tsn, tsk, wm, wn = kn["TSM"], kn["TSN"], kn["TSK"], kn["WPTM"], kn["WPTN"]
     rm, rn = tsm // wm, tsn // wn
     nt = rm * rn
-    ao, sab, sam, sak = spec.a
-    bo, sbb, sbk, sbn = spec.b
+    _, _, sam, sak = spec.a
+    _, _, sbk, sbn = spec.b
     m, n, k = spec.m, spec.n, spec.k
     a_map = "int mm = l / TSK, kk = l % TSK;" if sak == 1 else "int kk = l / TSM, mm = l % TSM;"
     b_map = "int kk = l / TSN, nn = l % TSN;" if sbn == 1 else "int nn = l / TSK, kk = l % TSK;"
@@ -321,10 +328,7 @@ __kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1))) void KERNEL_NAME(_
   const int tid = tm * RTSN + tn;
   const int n0 = get_group_id(0) * TSN, m0 = get_group_id(1) * TSM;
   const long bz = get_global_id(2);
-  __global const float* a = A + {ao} + bz / {spec.inner} * {sab}L + bz % {spec.inner} * {spec.a_inner}L;
-  __global const float* b = B + {bo} + bz / {spec.inner} * {sbb}L + bz % {spec.inner} * {spec.b_inner}L;
-  __global float* c = C + bz * {m * n}L;
-  __local float As[TSK][TSM];
+{_cl_operands(spec)}  __local float As[TSK][TSM];
   __local float Bs[TSK][TSN];
   float acc[WPTM][WPTN];
   for (int i = 0; i < WPTM; i++) for (int j = 0; j < WPTN; j++) acc[i][j] = 0.0f;

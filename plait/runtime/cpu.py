@@ -98,7 +98,7 @@ class CPUDevice(Device):
         self.info = DeviceInfo("cpu", _cpu_name(), cores, mem, driver=_cc_version(self.cc))
 
     def compile(self, source: str, kernel_name: str) -> Program:
-        key = cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), source)
+        key = self._key(source)
         prog = self._programs.get(key)
         if prog is None:
             lib = self._load(key, source)
@@ -107,13 +107,12 @@ class CPUDevice(Device):
             prog = self._programs[key] = CPUProgram(fn)
         return prog
 
+    def _key(self, source: str) -> str:
+        return cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), source)
+
     def compile_batch(self, kernels: list[tuple[str, str]]) -> list[Program]:
         """All kernels of a plan in one translation unit: one compiler run instead of one per kernel."""
-        todo = [
-            (src, name)
-            for src, name in kernels
-            if cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), src) not in self._programs
-        ]
+        todo = [(src, name) for src, name in kernels if self._key(src) not in self._programs]
         todo = list(dict((name, (src, name)) for src, name in todo).values())  # a kernel used twice is built once
         if len(todo) > 1:
             joined = join_sources(todo)
@@ -126,7 +125,7 @@ class CPUDevice(Device):
                 for src, name in todo:
                     fn = getattr(lib, name)
                     fn.restype = None
-                    self._programs[cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), src)] = CPUProgram(fn)
+                    self._programs[self._key(src)] = CPUProgram(fn)
         return [self.compile(src, name) for src, name in kernels]
 
     def _load(self, key: str, source: str) -> ctypes.CDLL:

@@ -74,8 +74,7 @@ def _compile(device: Device, kernels: list[RenderedKernel], items: list[Item]) -
 
 
 def _alloc(device: Device, node: Node) -> Buffer:
-    buf = device.allocator.alloc(node.size * node.dtype.itemsize)
-    return buf
+    return device.allocator.alloc(node.size * node.dtype.itemsize)
 
 
 class Plan:
@@ -108,14 +107,12 @@ class Plan:
             k = render(self.device, item)
             _dump(k)
             pending.append((k, [out_buf] + [self._buffer_of(n) for n in item.inputs]))
-        programs = _compile(
-            self.device, [k for k, _ in pending], [i for i in self.items if i.kind != "alias" and i.out.size]
-        )
+        built = [i for i in self.items if i.kind != "alias" and i.out.size]  # the items `pending` holds kernels of
+        programs = _compile(self.device, [k for k, _ in pending], built)
         self.programs: dict[int, tuple[Any, RenderedKernel]] = {}  # item out uid -> (program, kernel) for replays
         for (k, bufs), prog in zip(pending, programs, strict=True):
             self.kernels.append(k)
             self.launches.append(prog.bind(bufs, k.global_size, k.local_size))
-        built = [i for i in self.items if i.kind != "alias" and i.out.size]
         for item, prog, (k, _) in zip(built, programs, pending, strict=True):
             self.programs[item.out.uid] = (prog, k)
 
@@ -146,12 +143,17 @@ def read(device: Device, buf: Buffer, node: Node) -> np.ndarray:
     return out
 
 
-def attach(node: Node, buf: Buffer) -> None:
-    """Make `node` hold `buf`; the memory returns to its allocator's pool when the Buffer object dies."""
-    node.set_buffer(buf)
+def _manage(buf: Buffer) -> None:
+    """Return `buf`'s memory to its allocator's pool when the Buffer object dies (registered once per buffer)."""
     if not buf.managed:
         buf.managed = True
         weakref.finalize(buf, buf.device.allocator.free, buf.nbytes, buf.handle)
+
+
+def attach(node: Node, buf: Buffer) -> None:
+    """Make `node` hold `buf`; the memory returns to its allocator's pool when the Buffer object dies."""
+    node.set_buffer(buf)
+    _manage(buf)
 
 
 @dataclass
@@ -223,9 +225,8 @@ def _replay(device: Device, steps: list[_Step], order: list[Node], leaves: list[
     for step, buf in zip(steps, bufs, strict=True):
         if step.out_pos is not None:
             attach(order[step.out_pos], buf)
-        elif not buf.managed:
-            buf.managed = True
-            weakref.finalize(buf, buf.device.allocator.free, buf.nbytes, buf.handle)
+        else:
+            _manage(buf)
 
 
 def realize(nodes: list[Node]) -> None:

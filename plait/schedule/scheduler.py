@@ -115,10 +115,8 @@ def _gemm_plan(n: Node, realize: set[int]) -> tuple[Node, Node, GemmSpec]:
             realize.update(x.uid for x in n.srcs)
             continue
         batch, inner, ((sab, sai), (sbb, sbi)) = layout
-        for root, _, _ in views:  # type: ignore[misc]
-            if not root.realized:
-                realize.add(root.uid)
         (a, ao, ast), (b, bo, bst) = a_view, b_view
+        realize.update(root.uid for root in (a, b) if not root.realized)
         m, kk, nn = n.srcs[0].shape[-2], n.srcs[0].shape[-1], n.shape[-1]
         spec = GemmSpec(batch, m, nn, kk, (ao, sab, ast[-2], ast[-1]), (bo, sbb, bst[-2], bst[-1]), inner, sai, sbi)
         return a, b, spec
