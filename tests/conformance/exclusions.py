@@ -333,7 +333,6 @@ EXCLUDED: dict[str, str] = {
     "test_compress_negative_axis": "operator Compress is not implemented",
     "test_convinteger_with_padding": "operator ConvInteger is not implemented",
     "test_convinteger_without_padding": "operator ConvInteger is not implemented",
-    "test_convtranspose_output_shape": "wrong result (known bug, see docs/onnx.md): AssertionError: Not equal to tolerance rtol=0.001, atol=1e-07 Mismatched elements: 118 / 1",
     "test_cumprod_1d": "operator CumProd is not implemented",
     "test_cumprod_1d_exclusive": "operator CumProd is not implemented",
     "test_cumprod_1d_int32_exclusive": "operator CumProd is not implemented",
@@ -607,7 +606,6 @@ EXCLUDED: dict[str, str] = {
     "test_sequence_map_identity_1_sequence_expanded": "operator SequenceLength is not implemented",
     "test_sequence_map_identity_2_sequences": "operator SequenceMap is not implemented",
     "test_sequence_map_identity_2_sequences_expanded": "operator SequenceLength is not implemented",
-    "test_spacetodepth_crd_mode_example": "wrong result (known bug, see docs/onnx.md): AssertionError: Not equal to tolerance rtol=0.001, atol=1e-07 Mismatched elements: 36 / 48",
     "test_split_to_sequence_1": "operator SplitToSequence is not implemented",
     "test_split_to_sequence_2": "operator SplitToSequence is not implemented",
     "test_split_to_sequence_nokeepdims": "operator SplitToSequence is not implemented",
@@ -661,5 +659,4 @@ EXCLUDED: dict[str, str] = {
     "test_unique_sorted_with_axis_3d": "operator Unique is not implemented",
     "test_unique_sorted_with_negative_axis": "operator Unique is not implemented",
     "test_unique_sorted_without_axis": "operator Unique is not implemented",
-    "test_upsample_nearest": "wrong result (known bug, see docs/onnx.md): AssertionError: Not equal to tolerance rtol=0.001, atol=1e-07 Mismatched elements: 4 / 24 ",
 }

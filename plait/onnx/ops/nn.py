@@ -128,10 +128,11 @@ def _conv_transpose(ctx: Ctx, ins: list[Any]) -> Tensor:
             list(out_shape)[-nsp:] if out_shape is not None else [i * s for i, s in zip(in_sp, strides, strict=True)]
         )
         total = [f - t for f, t in zip(full, target, strict=True)]
-        if auto == "SAME_LOWER":
-            pads = [t - t // 2 for t in total] + [t // 2 for t in total]
-        else:
+        # the spec gives the smaller half to the start only for SAME_UPPER (NOTSET with output_shape included)
+        if auto == "SAME_UPPER":
             pads = [t // 2 for t in total] + [t - t // 2 for t in total]
+        else:
+            pads = [t - t // 2 for t in total] + [t // 2 for t in total]
     else:
         pads = list(ctx.attr("pads", [0] * (2 * nsp)))
     # zero-stuff the input by the stride, pad by (k-1)*d - pad, then a stride-1 convolution with the flipped kernel
@@ -517,7 +518,8 @@ def _resize_axis(ctx: Ctx, x: Tensor, a: int, n_out: int, scale: float, mode: st
     src = _src_coord(ctx, np.arange(n_out, dtype=np.float64), n_in, n_out, scale, ctm)
     mat = np.zeros((n_out, n_in), np.float32)
     if mode == "nearest":
-        nm = ctx.attr("nearest_mode", "round_prefer_floor")
+        # Upsample (opset 7-9) predates nearest_mode and always floors
+        nm = "floor" if ctx.node.op_type == "Upsample" else ctx.attr("nearest_mode", "round_prefer_floor")
         if nm == "round_prefer_floor":
             idx = np.where(src - np.floor(src) == 0.5, np.floor(src), np.round(src))
         elif nm == "round_prefer_ceil":

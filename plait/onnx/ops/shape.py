@@ -193,7 +193,8 @@ def _space_to_depth(ctx: Ctx, ins: list[Any]) -> Tensor:
     x = ctx.t(ins[0])
     b = int(ctx.attr("blocksize"))
     n, c, h, w = x.shape
-    y = x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    y = x.reshape(n, c, h // b, b, w // b, b)
+    y = y.permute(0, 1, 3, 5, 2, 4) if ctx.attr("mode", "DCR") == "CRD" else y.permute(0, 3, 5, 1, 2, 4)
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
