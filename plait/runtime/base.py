@@ -6,6 +6,7 @@ A runtime module (cpu.py, opencl.py) subclasses these and is listed in plait.run
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,3 +103,12 @@ class Device:
 
     def synchronize(self) -> None:
         raise NotImplementedError
+
+    def time_launch(self, launch: Any) -> float:
+        """Seconds one bound launch takes on its own (kernel reports): host clocks around it, after the queue drains;
+        devices with their own event timers override this."""
+        self.synchronize()
+        t0 = time.perf_counter()
+        launch()
+        self.synchronize()
+        return time.perf_counter() - t0

@@ -138,6 +138,7 @@ class OpenCLDevice(Device):
         self.renderer = OpenCLRenderer()
         self.allocator = CLAllocator(self)
         self._programs: dict[str, CLProgram] = {}
+        self._profiling_queue: Any = None  # made on the first kernel report
         self.info = DeviceInfo(
             "opencl",
             dev.name.strip(),
@@ -200,3 +201,16 @@ class OpenCLDevice(Device):
 
     def synchronize(self) -> None:
         self.queue.finish()
+
+    def time_launch(self, launch: Any) -> float:
+        """The kernel's own run time from OpenCL profiling events: the launch (a partial of enqueue_nd_range_kernel
+        made by CLProgram.bind) is enqueued again on a profiling-enabled queue once the main queue has drained."""
+        cl = _cl()
+        if self._profiling_queue is None:
+            props = cl.command_queue_properties.PROFILING_ENABLE
+            self._profiling_queue = cl.CommandQueue(self.ctx, properties=props)
+        self.queue.finish()
+        _queue, kernel, global_size, local_size = launch.args
+        event = cl.enqueue_nd_range_kernel(self._profiling_queue, kernel, global_size, local_size)
+        event.wait()
+        return float(event.profile.end - event.profile.start) * 1e-9

@@ -108,6 +108,7 @@ class Plan:
             _dump(k)
             pending.append((k, [out_buf] + [self._buffer_of(n) for n in item.inputs]))
         built = [i for i in self.items if i.kind != "alias" and i.out.size]  # the items `pending` holds kernels of
+        self.launched = built  # the item behind each launch, in launch order (for kernel reports)
         programs = _compile(self.device, [k for k, _ in pending], built)
         self.programs: dict[int, tuple[Any, RenderedKernel]] = {}  # item out uid -> (program, kernel) for replays
         for (k, bufs), prog in zip(pending, programs, strict=True):
