@@ -303,6 +303,10 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void KERNEL_NAME(__glo
 def render_opencl(
     spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None
 ) -> RenderedKernel:
+    if (knobs or {}).get("V") == 3:
+        from plait.codegen import gemm_tc
+
+        return gemm_tc.render(spec, knobs or {}, r, epi)
     kn = {**CL_DEFAULT, **(knobs or {})}
     if kn.get("V") == 2:
         return _render_opencl_v2(spec, kn["TSK"], r, epi)

@@ -38,13 +38,32 @@ def _sig(kind: str, spec: Any) -> str:
 
 def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
     if kind == "gemm" and device.renderer.dialect == "opencl":
+        from plait.codegen.gemm_tc import mma_tf32_unsupported
+
+        if mma_tf32_unsupported(device) is None:
+            return _tc_heuristic(spec)
         if spec.m * spec.n < 64 * 64 * 32:
             return {"TSM": 32, "TSN": 32, "TSK": 16, "WPTM": 2, "WPTN": 2}
     return {}
 
 
+def _tc_heuristic(spec: Any) -> dict[str, int]:
+    """Tensor-core tiles: 128x128 blocks when there are enough of them to fill the GPU, else 64x64."""
+    blocks = spec.batch * -(-spec.m // 128) * -(-spec.n // 128)
+    if blocks >= 132:
+        return {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32}
+    return {"V": 3, "MMA": 1, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32}
+
+
 def knobs_for(device: Device, kind: str, spec: Any) -> dict[str, int]:
-    return _db(device).get(_sig(kind, spec)) or _heuristic(device, kind, spec)
+    """The cached winner for this kernel signature, else the heuristic; tensor-core knobs are checked against the
+    device's mma probe, so a stale cache entry raises instead of failing to build."""
+    knobs = _db(device).get(_sig(kind, spec)) or _heuristic(device, kind, spec)
+    if knobs.get("V") == 3:
+        from plait.codegen.gemm_tc import require_mma
+
+        require_mma(device, knobs)
+    return knobs
 
 
 GEMM_CANDIDATES = {
@@ -63,7 +82,27 @@ GEMM_CANDIDATES = {
         {"V": 2, "TSK": 8},
         {"V": 2, "TSK": 16},
     ],
+    "tc": [
+        {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32},
+        {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64},
+        {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 32, "WN": 64},
+        {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32},
+        {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64},
+        {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32},
+        {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 16},
+    ],
 }
+
+
+def candidates(device: Device) -> list[dict[str, int]]:
+    """The GEMM configurations worth timing on `device`: tensor-core ones only where the mma probe passed."""
+    dialect = device.renderer.dialect
+    if dialect == "opencl":
+        from plait.codegen.gemm_tc import mma_tf32_unsupported
+
+        if mma_tf32_unsupported(device) is None:
+            return GEMM_CANDIDATES["tc"] + GEMM_CANDIDATES["opencl"]
+    return GEMM_CANDIDATES[dialect]
 
 
 def tune_gemm(device: Device, spec: Any, budget_s: float = 20.0) -> dict[str, int]:
@@ -76,7 +115,7 @@ def tune_gemm(device: Device, spec: Any, budget_s: float = 20.0) -> dict[str, in
     c = device.allocator.alloc(4 * spec.batch * spec.m * spec.n)
     best: tuple[float, dict[str, int]] | None = None
     start = time.perf_counter()
-    for knobs in GEMM_CANDIDATES[device.renderer.dialect]:
+    for knobs in candidates(device):
         if time.perf_counter() - start > budget_s:
             break
         k = render(spec, knobs)

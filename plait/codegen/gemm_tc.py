@@ -1,0 +1,310 @@
+"""OpenCL GEMM on tensor cores with FP32 accuracy (3xTF32): NVIDIA's OpenCL compiler accepts inline PTX, so
+each warp runs `mma.sync.aligned.m16n8k8` on TF32 fragments it loads from local memory.
+
+3xTF32: every FP32 operand x splits into a TF32 `big = rna(x)` and a TF32 residual `small = rna(x - big)`; the
+product accumulates small*big + big*small + big*big in FP32, which keeps the error of a plain FP32 GEMM (a single
+TF32 product would lose about 10 bits). Global loads of the next K tile go to registers while the warps compute
+on the current one, and land in the second of two local buffers (one barrier per tile).
+
+The same template has a portable twin (knob MMA=0, kernel kind GEMM3XTF32EMU) that computes each lane's
+accumulator elements of the same fragments with ordinary FMAs and an exact emulation of TF32 rounding, so the
+tiling, pipelining, bounds and epilogue run (and are tested) on any OpenCL device, PoCL on a CPU included. The
+PTX path (kind GEMM3XTF32) is used only where `mma_tf32_unsupported` found the instruction working; asking for
+it elsewhere raises instead of quietly running something else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from plait.codegen.cstyle import RenderedKernel
+from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish
+from plait.errors import DeviceError
+
+TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32}
+
+# TF32 rounding (round to nearest, ties away from zero, 10 mantissa bits) and the warp-wide tensor-core product
+_PTX_HELPERS = """inline float plait_tf32(float x) {
+  uint r;
+  asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return as_float(r);
+}
+inline void plait_mma_tf32(float* c, float a0, float a1, float a2, float a3, float b0, float b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(as_uint(a0)), "r"(as_uint(a1)), "r"(as_uint(a2)), "r"(as_uint(a3)), "r"(as_uint(b0)),
+                 "r"(as_uint(b1)));
+}
+"""
+_EMU_HELPERS = """inline float plait_tf32(float x) { return as_float((as_uint(x) + 0x1000u) & 0xffffe000u); }
+"""
+
+_PROBE = (
+    _PTX_HELPERS
+    + """__kernel void plait_mma_probe(__global float* c, __global const float* a, __global const float* b) {
+  int lane = get_local_id(0), g = lane >> 2, t = lane & 3;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  plait_mma_tf32(acc, a[g * 8 + t], a[(g + 8) * 8 + t], a[g * 8 + t + 4], a[(g + 8) * 8 + t + 4], b[t * 8 + g],
+                 b[(t + 4) * 8 + g]);
+  for (int r = 0; r < 4; r++) c[(g + (r >> 1) * 8) * 8 + 2 * t + (r & 1)] = acc[r];
+}
+"""
+)
+
+_probed: dict[tuple[str, str, str], str | None] = {}
+
+
+def mma_tf32_unsupported(device: Any) -> str | None:
+    """None when `device` runs the inline-PTX tensor-core product correctly, else the reason it cannot.
+
+    The probe builds a one-warp kernel with `asm volatile("mma.sync...")` and checks a 16x8x8 product of small
+    integers (exact in TF32) against NumPy, which also checks the fragment layouts the GEMM template relies on.
+    """
+    key = (device.name, device.info.name, device.info.driver)
+    if key in _probed:
+        return _probed[key]
+    why: str | None = None
+    if device.renderer.dialect != "opencl":
+        why = f"{device.name} is not an OpenCL device"
+    elif not device.info.extra.get("gpu"):
+        why = f"{device.name} ({device.info.name}) is not a GPU, so it has no tensor cores"
+    else:
+        why = _run_probe(device)
+    _probed[key] = why
+    return why
+
+
+def _run_probe(device: Any) -> str | None:
+    rng = np.random.default_rng(0)
+    a = rng.integers(-8, 9, (16, 8)).astype(np.float32)
+    b = rng.integers(-8, 9, (8, 8)).astype(np.float32)
+    alloc = device.allocator
+    bufs = [alloc.alloc(16 * 8 * 4), alloc.alloc(a.nbytes), alloc.alloc(b.nbytes)]
+    try:
+        alloc.copy_in(bufs[1], a)
+        alloc.copy_in(bufs[2], b)
+        device.compile(_PROBE, "plait_mma_probe").bind(bufs, (32,), (32,))()
+        got = np.empty((16, 8), np.float32)
+        alloc.copy_out(bufs[0], got)
+    except Exception as e:  # a compiler without inline PTX, or a GPU without the instruction
+        return f"the mma.sync probe kernel failed to build or run on {device.name}: {' '.join(str(e).split())[:300]}"
+    finally:
+        for buf in bufs:
+            alloc.free(buf.nbytes, buf.handle)
+    if not np.array_equal(got, a @ b):
+        return f"the mma.sync probe kernel computed wrong values on {device.name}"
+    return None
+
+
+def require_mma(device: Any, knobs: dict[str, int]) -> None:
+    """Raise when `knobs` ask for the PTX tensor-core path on a device where the probe failed."""
+    if knobs.get("V") == 3 and knobs.get("MMA", 1):
+        why = mma_tf32_unsupported(device)
+        if why:
+            raise DeviceError(
+                f"GEMM knobs {knobs} ask for tensor cores (3xTF32 mma.sync) but {why}; use knobs with MMA=0 "
+                "(the portable twin) or another GEMM variant, or clear the tuning cache"
+            )
+
+
+class _Operand:
+    """How one operand tile (rows x BK) moves from global to local memory and where a fragment element sits.
+
+    `kmajor` (contiguous along K in memory) keeps the local tile as [row][BK + 4]; otherwise [k][rows + 8]. Both
+    paddings make a warp's fragment loads (8 rows x 4 k per register) hit 32 different banks."""
+
+    def __init__(self, name: str, rows: int, size: int, bk: int, sr: int, sk: int, aligned: bool, nt: int):
+        self.name, self.rows, self.size, self.bk = name, rows, size, bk
+        self.sr, self.sk = sr, sk
+        self.kmajor = sk == 1
+        self.stride = bk + 4 if self.kmajor else rows + 8
+        contiguous = sk == 1 or sr == 1
+        self.vec = 4 if contiguous and aligned and (bk if self.kmajor else rows) % 4 == 0 else 1
+        self.total = rows * bk // self.vec
+        self.loads = -(-self.total // nt)
+        self.exact = self.total % nt == 0
+        self.nt = nt
+
+    @property
+    def local_floats(self) -> int:
+        return self.rows * self.stride if self.kmajor else self.bk * self.stride
+
+    def at(self, r: str, k: str) -> str:
+        return f"({r}) * {self.stride} + ({k})" if self.kmajor else f"({k}) * {self.stride} + ({r})"
+
+    def _coords(self, i: int) -> str:
+        per = (self.bk if self.kmajor else self.rows) // self.vec
+        outer, inner = ("r", "k") if self.kmajor else ("k", "r")
+        scale = f" * {self.vec}" if self.vec > 1 else ""
+        return f"int l = tid + {i * self.nt}, {outer} = l / {per}, {inner} = l % {per}{scale};"
+
+    def fetch(self, base: str, r0: str, k0: str, full_r: bool, full_k: bool) -> str:
+        """Statements loading this thread's share of the tile at (r0, k0) into registers x_reg[]."""
+        x = self.name.lower()
+        lines = []
+        for i in range(self.loads):
+            guard = "" if self.exact or i < self.loads - 1 else f"if (tid + {i * self.nt} < {self.total}) "
+            conds = [] if full_r else [f"{r0} + r < {self.size}"]
+            if not full_k:
+                conds.append(f"{k0} + k < K_")
+            addr = f"(long)({r0} + r) * {self.sr} + (long)({k0} + k) * {self.sk}"
+            load = f"vload4(0, {x} + {addr})" if self.vec == 4 else f"{x}[{addr}]"
+            zero = "(float4)(0.0f)" if self.vec == 4 else "0.0f"
+            val = f"({' && '.join(conds)}) ? {load} : {zero}" if conds else load
+            lines.append(f"    {guard}{{ {self._coords(i)} {x}_reg[{i}] = {val}; }}")
+        return "\n".join(lines) + "\n"
+
+    def store(self, buf: str) -> str:
+        """Statements storing the registers into local buffer `buf`."""
+        x = self.name.lower()
+        lines = []
+        for i in range(self.loads):
+            guard = "" if self.exact or i < self.loads - 1 else f"if (tid + {i * self.nt} < {self.total}) "
+            if self.vec == 4:
+                st = f"vstore4({x}_reg[{i}], 0, {buf} + {self.at('r', 'k')});"
+            else:
+                st = f"{buf}[{self.at('r', 'k')}] = {x}_reg[{i}];"
+            lines.append(f"    {guard}{{ {self._coords(i)} {st} }}")
+        return "\n".join(lines) + "\n"
+
+    def regs(self) -> str:
+        t = "float4" if self.vec == 4 else "float"
+        return f"  {t} {self.name.lower()}_reg[{self.loads}];\n"
+
+
+def _aligned(spec: GemmSpec, which: str) -> bool:
+    """True when every float4 this operand's tile loads starts on a 16-byte boundary."""
+    if which == "a":
+        off, sb, sr, sk = spec.a
+        si, rows = spec.a_inner, spec.m
+    else:
+        off, sb, sk, sr = spec.b
+        si, rows = spec.b_inner, spec.n
+    inner_extent = spec.k if sk == 1 else rows
+    other = sr if sk == 1 else sk
+    return all(v % 4 == 0 for v in (off, sb, si, other, inner_extent))
+
+
+def _mma_step(mi: int, ni: int, emu: bool, a: _Operand, b: _Operand) -> str:
+    """One k8 step of the warp tile: fragments from local memory (As/Bs at kk), split, 3 products each."""
+    if emu:
+        return f"""      for (int mi = 0; mi < {mi}; mi++)
+        for (int ni = 0; ni < {ni}; ni++)
+          for (int r = 0; r < 4; r++) {{
+            int row = wr + mi * 16 + g + (r >> 1) * 8, col = wc + ni * 8 + 2 * t + (r & 1);
+            float s = acc[mi][ni][r];
+            for (int q = 0; q < 8; q++) {{
+              float x = As[{a.at("row", "kk + q")}], y = Bs[{b.at("col", "kk + q")}];
+              float xb = plait_tf32(x), yb = plait_tf32(y);
+              float xs = plait_tf32(x - xb), ys = plait_tf32(y - yb);
+              s = fma(xs, yb, s);
+              s = fma(xb, ys, s);
+              s = fma(xb, yb, s);
+            }}
+            acc[mi][ni][r] = s;
+          }}
+"""
+    return f"""      float abig[{mi}][4], asml[{mi}][4], bbig[{ni}][2], bsml[{ni}][2];
+#pragma unroll
+      for (int mi = 0; mi < {mi}; mi++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {{
+          float x = As[{a.at("wr + mi * 16 + g + (j & 1) * 8", "kk + t + (j >> 1) * 4")}];
+          abig[mi][j] = plait_tf32(x);
+          asml[mi][j] = plait_tf32(x - abig[mi][j]);
+        }}
+#pragma unroll
+      for (int ni = 0; ni < {ni}; ni++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {{
+          float y = Bs[{b.at("wc + ni * 8 + g", "kk + t + j * 4")}];
+          bbig[ni][j] = plait_tf32(y);
+          bsml[ni][j] = plait_tf32(y - bbig[ni][j]);
+        }}
+#pragma unroll
+      for (int mi = 0; mi < {mi}; mi++)
+#pragma unroll
+        for (int ni = 0; ni < {ni}; ni++) {{
+          plait_mma_tf32(acc[mi][ni], asml[mi][0], asml[mi][1], asml[mi][2], asml[mi][3], bbig[ni][0], bbig[ni][1]);
+          plait_mma_tf32(acc[mi][ni], abig[mi][0], abig[mi][1], abig[mi][2], abig[mi][3], bsml[ni][0], bsml[ni][1]);
+          plait_mma_tf32(acc[mi][ni], abig[mi][0], abig[mi][1], abig[mi][2], abig[mi][3], bbig[ni][0], bbig[ni][1]);
+        }}
+"""
+
+
+def check_knobs(kn: dict[str, int]) -> None:
+    """Raise a clear error for a tile shape the template cannot run (warp tiles in 16x8 fragments)."""
+    bm, bn, bk, wm, wn = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"]
+    ok = bm % wm == 0 and bn % wn == 0 and wm % 16 == 0 and wn % 8 == 0 and bk % 8 == 0
+    if not ok:
+        raise ValueError(f"3xTF32 GEMM knobs {kn}: need BM % WM == BN % WN == 0, WM % 16 == WN % 8 == BK % 8 == 0")
+
+
+def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
+    """The 3xTF32 GEMM for `spec`: block tile BM x BN, K tile BK, one warp per WM x WN sub-tile."""
+    kn = {**TC_DEFAULT, **knobs}
+    check_knobs(kn)
+    bm, bn, bk, wm, wn, emu = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"], not kn["MMA"]
+    warps_n = bn // wn
+    nt = (bm // wm) * warps_n * 32
+    m, n, k = spec.m, spec.n, spec.k
+    _, _, sam, sak = spec.a
+    _, _, sbk, sbn = spec.b
+    a = _Operand("A", bm, m, bk, sam, sak, _aligned(spec, "a"), nt)
+    b = _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt)
+    full_m, full_n, full_k = m % bm == 0, n % bn == 0, k % bk == 0
+    mi, ni = wm // 16, wn // 8
+    stmts, res, params = _epi(r, epi, "acc[mi][ni][q]", f"bz * {m * n}L + (long)gm * {n} + gn", "          ")
+    kt = -(-k // bk)
+    src = f"""/* KERNEL_NAME */
+{_EMU_HELPERS if emu else _PTX_HELPERS}#define K_ {k}
+__kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
+  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int wr = warp / {warps_n} * {wm}, wc = warp % {warps_n} * {wn};
+  const int n0 = get_group_id(0) * {bn}, m0 = get_group_id(1) * {bm};
+  const long bz = get_group_id(2);
+{_cl_operands(spec)}  __local float As_[2][{a.local_floats}], Bs_[2][{b.local_floats}];
+  float acc[{mi}][{ni}][4];
+  for (int i = 0; i < {mi}; i++) for (int j = 0; j < {ni}; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+{a.regs()}{b.regs()}  {{
+    const int k0 = 0;
+{a.fetch("a", "m0", "k0", full_m, full_k)}{b.fetch("b", "n0", "k0", full_n, full_k)}{a.store("As_[0]")}{b.store("Bs_[0]")}  }}
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int kt = 0; kt < {kt}; kt++) {{
+    const int cur = kt & 1, k0 = (kt + 1) * {bk};
+    if (kt + 1 < {kt}) {{
+{a.fetch("a", "m0", "k0", full_m, full_k)}{b.fetch("b", "n0", "k0", full_n, full_k)}    }}
+    __local const float* As = As_[cur];
+    __local const float* Bs = Bs_[cur];
+#pragma unroll
+    for (int kk = 0; kk < {bk}; kk += 8) {{
+{_mma_step(mi, ni, emu, a, b)}    }}
+    if (kt + 1 < {kt}) {{
+{a.store("As_[cur ^ 1]")}{b.store("Bs_[cur ^ 1]")}    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}
+  for (int mi = 0; mi < {mi}; mi++)
+    for (int ni = 0; ni < {ni}; ni++)
+      for (int q = 0; q < 4; q++) {{
+        const int gm = m0 + wr + mi * 16 + g + (q >> 1) * 8, gn = n0 + wc + ni * 8 + 2 * t + (q & 1);
+        if (gm < {m} && gn < {n}) {{
+{stmts}          c[(long)gm * {n} + gn] = {res};
+        }}
+      }}
+}}
+#undef K_
+"""
+    gs = (-(-n // bn) * nt, -(-m // bm), spec.batch)
+    return _finish("GEMM3XTF32EMU" if emu else "GEMM3XTF32", spec, src, gs, (nt, 1, 1))
+
+
+def local_bytes(spec: GemmSpec, knobs: dict[str, int]) -> int:
+    """Local memory one work-group of this configuration uses (two buffers per operand)."""
+    kn = {**TC_DEFAULT, **knobs}
+    nt = (kn["BM"] // kn["WM"]) * (kn["BN"] // kn["WN"]) * 32
+    a = _Operand("A", kn["BM"], spec.m, kn["BK"], spec.a[2], spec.a[3], False, nt)
+    b = _Operand("B", kn["BN"], spec.n, kn["BK"], spec.b[3], spec.b[2], False, nt)
+    return 2 * 4 * (a.local_floats + b.local_floats)
