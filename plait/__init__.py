@@ -26,10 +26,29 @@ __version__ = "0.1.0"
 
 
 def explain(model: object, *example_inputs: object, **kwargs: object) -> object:
-    """Which ops of a PyTorch model run in plait under torch.compile(backend="plait"), and how many kernels."""
-    from plait.frontends.torch import explain as _explain
+    """What plait makes of a model.
 
-    return _explain(model, *example_inputs, **kwargs)  # type: ignore[arg-type]
+    A PyTorch module or function (torch tensors as inputs): which ops run in plait under
+    torch.compile(backend="plait") and how many kernels; `kernels=True` adds the per-kernel report (time, GFLOP/s,
+    GB/s, % of the device's measured peaks). A plait.jit function, a function of plait Tensors (arrays as inputs) or
+    a plait.onnx.InferenceSession (a feed dict as input): the per-kernel report of its compiled plan. `reps` sets
+    the timed replays (median per kernel, default 10); see docs/bench.md.
+    """
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and (
+        isinstance(model, torch.nn.Module) or any(isinstance(x, torch.Tensor) for x in example_inputs)
+    ):
+        from plait.frontends.torch import explain as _explain
+
+        return _explain(model, *example_inputs, **kwargs)  # type: ignore[arg-type]
+    from plait.frontends.native.explaining import kernel_report
+
+    kwargs.pop("kernels", None)  # a plait callable's explanation is its kernel report
+    if kwargs.pop("training", False):
+        raise PlaitError("plait.explain(..., training=True) is for PyTorch models; a plait function is inference")
+    return kernel_report(model, *example_inputs, **kwargs)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> object:

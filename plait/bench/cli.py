@@ -4,6 +4,7 @@
     plait bench --models resnet18,gru --modes infer-1,train --frameworks plait,torch,onnxruntime
     plait bench --tasks cifar,imdb --cifar ~/data/cifar-10-batches-py --imdb ~/data/imdb.npz
     plait bench --quick --check bench-results/results.json
+    plait bench --models resnet18 --modes infer-1 --frameworks plait --kernels
 
 User errors (an unknown name, a missing or malformed file) print one line and exit 2; --check exits 1 when it
 finds a regression.
@@ -64,6 +65,12 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--out", default="bench-results", help="folder for results.json/.md, plots and report.html")
     b.add_argument("--check", metavar="REFERENCE.json", help="compare with a saved results.json; exit 1 on regression")
     b.add_argument("--threshold", type=float, default=0.10, help="--check: slowdown that counts as a regression")
+    b.add_argument(
+        "--kernels",
+        action="store_true",
+        help="per-kernel report (time, GFLOP/s, GB/s, %% of measured peak) for plait and plait-onnx inference cells,"
+        " into results.json, results.md and kernels.md",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(fn=run)
 
@@ -133,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     torch_device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_info = env.torch_settings(torch, args.tf32, args.cudnn_benchmark)
-    runners = make_runners(frameworks, devices, args.threads, torch_device)
+    runners = make_runners(frameworks, devices, args.threads, torch_device, kernels=args.kernels)
     s = Settings(
         warmup=args.warmup if args.warmup is not None else (1 if args.quick else 2),
         iters=args.iters or (5 if args.quick else 10),
@@ -179,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
             "tasks": {"names": tasks, **vars(ts)},
             "timing": "plait inference replays its compiled plan on device-resident input; torch and ONNX Runtime "
             "are called on host arrays (zero-copy on the CPU)",
+            "kernel_report": args.kernels,
             "wall_s": round(time.perf_counter() - t0, 1),
         },
         "runners": {r.name: (r.info() if not r.unavailable() else {"unavailable": r.unavailable()}) for r in runners},

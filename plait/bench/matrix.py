@@ -116,6 +116,11 @@ def run_cell(runner: Runner, case: Case, want: list[np.ndarray], s: Settings) ->
         timing = measure(prepared.step, runner.sync, s.warmup, s.iters, s.max_seconds)
     except Exception as e:
         return {**cell, "status": "error", "note": "while timing: " + _short(e)}
+    if prepared.kernels is not None:
+        try:
+            cell["kernels"] = prepared.kernels(s.iters)
+        except Exception as e:
+            cell["kernels"] = {"error": _short(e)}  # the timing stands; the report says why it is missing
     return {
         **cell,
         "status": "ok",

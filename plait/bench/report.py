@@ -90,12 +90,35 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     ]
 
 
+KERNEL_ROWS = 10  # kernels per cell in results.md and report.html; kernels.md lists them all
+
+
+def kernel_sections(result: dict[str, Any], limit: int | None = KERNEL_ROWS) -> list[str]:
+    """Markdown per cell that has a per-kernel report (`--kernels`): a heading and the slowest `limit` kernels."""
+    from plait.schedule.profile import format_report
+
+    parts = []
+    for c in result["cells"]:
+        report = c.get("kernels")
+        if not report:
+            continue
+        parts += [f"### {c['model']} {c['mode']} b{c['batch']} {c['framework']}", ""]
+        if "error" in report:
+            parts += [f"no kernel report: {report['error']}", ""]
+        else:
+            parts += [format_report(report, limit), ""]
+    return parts
+
+
 def markdown(result: dict[str, Any]) -> str:
     parts = ["# plait bench", "", *(f"- {line}" for line in summary_lines(result)), ""]
     for mode in dict.fromkeys(c["mode"] for c in result["cells"]):
         parts += [f"## {MODE_TITLES.get(mode, mode)} (ms)", "", _md_table(*mode_rows(result, mode)), ""]
     if result.get("tasks"):
         parts += ["## tasks", "", _md_table(*task_rows(result)), ""]
+    kernels = kernel_sections(result)
+    if kernels:
+        parts += [f"## kernels (slowest {KERNEL_ROWS} per cell; all of them in kernels.md)", "", *kernels]
     notes = _notes(result)
     if notes:
         parts += ["## notes", "", *(f"- {n}" for n in notes), ""]
@@ -160,6 +183,9 @@ def html_report(result: dict[str, Any], pngs: list[Path]) -> str:
     notes = _notes(result)
     if notes:
         parts += ["<h2>notes</h2><ul>", *(f"<li>{html.escape(n)}</li>" for n in notes), "</ul>"]
+    kernels = kernel_sections(result)
+    if kernels:
+        parts.append("<h2>kernels</h2><pre>" + html.escape("\n".join(kernels)) + "</pre>")
     parts.append("<h2>settings</h2><pre>" + html.escape(json.dumps(result["settings"], indent=2)) + "</pre>")
     parts.append("<h2>environment</h2><pre>" + html.escape(json.dumps(result["environment"], indent=2)) + "</pre>")
     style = (
@@ -178,6 +204,10 @@ def write_all(result: dict[str, Any], out: Path) -> dict[str, Path]:
     paths = {"json": out / "results.json", "markdown": out / "results.md", "html": out / "report.html"}
     paths["json"].write_text(json.dumps(result, indent=1, default=str))
     paths["markdown"].write_text(markdown(result))
+    kernels = kernel_sections(result, limit=None)
+    if kernels:
+        paths["kernels"] = out / "kernels.md"
+        paths["kernels"].write_text("\n".join(["# plait bench: per-kernel reports", "", *kernels]))
     pngs = []
     if importlib.util.find_spec("matplotlib") is None:
         print("plait bench: matplotlib is not installed, so the report has no plots (pip install 'plait[bench]')")

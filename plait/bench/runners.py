@@ -46,6 +46,7 @@ class Prepared:
     check: Callable[[], list[np.ndarray]]
     step: Callable[[], Any]
     notes: list[str] = field(default_factory=list)
+    kernels: Callable[[int], dict[str, Any]] | None = None  # the per-kernel report over N replays (--kernels)
 
 
 def freeze_dropout(module: Any) -> None:
@@ -201,9 +202,10 @@ class PlaitRunner(Runner):
     """plait's own twin of the model (plait.nn), weights loaded from the PyTorch model's state_dict. Inference is a
     plait.jit plan replayed on device-resident input; training builds the step lazily and runs it as plans."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, kernels: bool = False):
         self.device = device
         self.name = f"plait:{device}"
+        self.kernels = kernels
 
     def info(self) -> dict[str, Any]:
         import plait
@@ -229,6 +231,7 @@ class PlaitRunner(Runner):
 
     def prepare(self, case: Case) -> Prepared:
         import plait
+        from plait.schedule.profile import profile_plan
 
         model = self._model(case)
         if case.mode == "infer":
@@ -236,7 +239,12 @@ class PlaitRunner(Runner):
             f = plait.jit(lambda t: model(t), device=self.device)
             plan, _ = f.plan_for([case.x])
 
-            return Prepared(lambda: [np.asarray(f(case.x), np.float32)], plan.run)
+            def report(reps: int) -> dict[str, Any]:
+                return profile_plan(plan, reps).as_dict()
+
+            return Prepared(
+                lambda: [np.asarray(f(case.x), np.float32)], plan.run, kernels=report if self.kernels else None
+            )
         model.train()
         freeze_dropout(model)
         opt = plait.optim.SGD(model.parameters(), lr=case.lr)
@@ -370,9 +378,10 @@ class PlaitOnnxRunner(Runner):
 
     modes = ("infer",)
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, kernels: bool = False):
         self.device = device
         self.name = f"plait-onnx:{device}"
+        self.kernels = kernels
 
     def unavailable(self) -> str | None:
         try:
@@ -394,7 +403,17 @@ class PlaitOnnxRunner(Runner):
 
         sess = InferenceSession(export_onnx(case), device=self.device)
         feed = {"x": case.x}
-        return Prepared(lambda: [np.asarray(sess.run(None, feed)[0])], lambda: sess.run(None, feed))
+
+        def report(reps: int) -> dict[str, Any]:
+            from plait.frontends.native.explaining import kernel_report
+
+            return kernel_report(sess, feed, reps=reps).as_dict()
+
+        return Prepared(
+            lambda: [np.asarray(sess.run(None, feed)[0])],
+            lambda: sess.run(None, feed),
+            kernels=report if self.kernels else None,
+        )
 
     def predictor(self, case: Case) -> Callable[[np.ndarray], np.ndarray]:
         from plait.onnx import InferenceSession
@@ -419,15 +438,18 @@ class MissingRunner(Runner):
 FRAMEWORKS = ("plait", "torch", "torch.compile", "plait-torch", "onnxruntime", "plait-onnx", "tinygrad", "tensorflow")
 
 
-def make_runners(frameworks: list[str], devices: list[str], threads: int, torch_device: str) -> list[Runner]:
+def make_runners(
+    frameworks: list[str], devices: list[str], threads: int, torch_device: str, kernels: bool = False
+) -> list[Runner]:
     """Runners for the chosen framework names; 'plait', 'plait-torch' (torch.compile with backend="plait") and
-    'plait-onnx' get one runner per plait device."""
+    'plait-onnx' get one runner per plait device. With `kernels` the plait and plait-onnx inference cells also
+    produce the per-kernel report."""
     out: list[Runner] = []
     for fw in frameworks:
         if fw == "plait":
-            out += [PlaitRunner(d) for d in devices]
+            out += [PlaitRunner(d, kernels) for d in devices]
         elif fw == "plait-onnx":
-            out += [PlaitOnnxRunner(d) for d in devices]
+            out += [PlaitOnnxRunner(d, kernels) for d in devices]
         elif fw == "plait-torch":
             out += [TorchRunner(torch_device, plait_device=d) for d in devices]
         elif fw in ("torch", "torch.compile"):

@@ -23,12 +23,20 @@ def plait_backend(gm: Any, example_inputs: list[Any], options: dict[str, Any] | 
     return backend(gm, example_inputs, options)
 
 
-def explain(model: Any, *example_inputs: Any, device: str | None = None, training: bool = False) -> Any:
+def explain(
+    model: Any,
+    *example_inputs: Any,
+    device: str | None = None,
+    training: bool = False,
+    kernels: bool = False,
+    reps: int = 10,
+) -> Any:
     """Compile and run `model` once with the plait backend; report which ATen ops ran in plait and which in
-    PyTorch (with the reason), the partitions, and how many kernels the plans have."""
+    PyTorch (with the reason), the partitions, and how many kernels the plans have (timed one by one with
+    `kernels`)."""
     from plait.frontends.torch.explaining import explain as run
 
-    return run(model, *example_inputs, device=device, training=training)
+    return run(model, *example_inputs, device=device, training=training, kernels=kernels, reps=reps)
 
 
 __all__ = ["explain", "plait_backend"]

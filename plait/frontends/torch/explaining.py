@@ -1,4 +1,5 @@
-"""plait.explain: which ATen ops of a model run in plait, which stay in PyTorch (and why), and how many kernels.
+"""plait.explain: which ATen ops of a model run in plait, which stay in PyTorch (and why), how many kernels, and
+with `kernels=True` the per-kernel report (time, GFLOP/s, GB/s, % of the device's peaks) of every plait partition.
 
 >>> report = plait.explain(model, torch.randn(1, 3, 32, 32))   # doctest: +SKIP
 >>> print(report)                                               # doctest: +SKIP
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from plait.frontends.torch.backend import _RECORDERS, GraphReport, Session, parse_options, plait_backend
+from plait.schedule.profile import KernelReport, profile_plans
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Explanation:
     device: str
     dynamo_graphs: int
     graphs: list[GraphReport] = field(default_factory=list)
+    kernel_report: KernelReport | None = None  # per-kernel times, with explain(..., kernels=True)
 
     @property
     def plait_ops(self) -> Counter[str]:
@@ -54,12 +57,23 @@ class Explanation:
                 lines.append(f"    plait    {op} x{n}")
             for op, why in sorted(g.torch_ops.items()):
                 lines.append(f"    pytorch  {op}: {why}")
+        if self.kernel_report is not None:
+            lines += ["", str(self.kernel_report)]
         return "\n".join(lines)
 
 
-def explain(model: Any, *example_inputs: Any, device: str | None = None, training: bool = False) -> Explanation:
+def explain(
+    model: Any,
+    *example_inputs: Any,
+    device: str | None = None,
+    training: bool = False,
+    kernels: bool = False,
+    reps: int = 10,
+) -> Explanation:
     """Compile `model` with the plait backend and run it once on `example_inputs` (with a backward pass of the
-    summed outputs when `training`); the model's parameters, buffers and gradients are restored afterwards."""
+    summed outputs when `training`); the model's parameters, buffers and gradients are restored afterwards.
+    With `kernels`, every plait partition's plan is then replayed `reps` times kernel by kernel for the per-kernel
+    report (`Explanation.kernel_report`)."""
     dev = parse_options({"device": device} if device else None)
     sessions: list[Session] = []
 
@@ -87,4 +101,19 @@ def explain(model: Any, *example_inputs: Any, device: str | None = None, trainin
                 model.load_state_dict(state)
         for p in model.parameters() if hasattr(model, "parameters") else []:
             p.grad = grads.get(id(p))
-    return Explanation(dev, len(sessions), [g for s in sessions for g in s.graphs])
+    explanation = Explanation(dev, len(sessions), [g for s in sessions for g in s.graphs])
+    if kernels:
+        explanation.kernel_report = _kernel_report(explanation.graphs, reps)
+    return explanation
+
+
+def _kernel_report(graphs: list[GraphReport], reps: int) -> KernelReport:
+    """One report over the plans of every partition; a kernel's group names its graph and partition."""
+    plans, groups = [], []
+    for g in graphs:
+        for p in g.partitions:
+            for c in p.compiled.values():
+                if c is not None and c.plan is not None:
+                    plans.append(c.plan)
+                    groups.append(f"{g.kind}/{p.name}")
+    return profile_plans(plans, reps, groups=groups)
