@@ -33,6 +33,6 @@ def register(name: str, fn: OpFn, fold: OpFn | None = None) -> None:
 
 def load_all() -> dict[str, OnnxOp]:
     """The table with every op family registered (imported on first use: the families import the importer)."""
-    from plait.onnx.ops import attention, elementwise, nn, reduce, rnn, scatter, shape, sorting  # noqa: F401
+    from plait.onnx.ops import attention, elementwise, nn, reduce, rnn, scatter, shape, signal, sorting  # noqa: F401
 
     return TABLE

@@ -163,7 +163,7 @@ register("ConvTranspose", _conv_transpose)
 # ---------------------------------------------------------------- pooling
 
 
-def _pool(ctx: Ctx, ins: list[Any], op: str) -> Tensor:
+def _pool(ctx: Ctx, ins: list[Any], op: str, with_indices: bool = False) -> Any:
     x = ctx.t(ins[0])
     nsp = x.ndim - 2
     kernel = list(ctx.attr("kernel_shape"))
@@ -185,17 +185,60 @@ def _pool(ctx: Ctx, ins: list[Any], op: str) -> Tensor:
         fill = float(np.iinfo(x.dtype.np).min)
     box = [(0, 0), (0, 0)] + [(pads[i], pads[i + nsp] + extra[i]) for i in range(nsp)]
     xp = x.pad(box, fill) if any(a or b for a, b in box) else x
-    views = _window_views(xp, kernel, strides, dil, out)
-    win = stack(views, -1)
+    if op == "max" and with_indices:
+        return _max_with_indices(ctx, xp, sp, kernel, strides, dil, pads[:nsp], out)
     if op == "max":
-        return win.max(axis=-1)
+        return _separable(xp, kernel, strides, dil, out, "max")
     if op == "lp":
         p = float(ctx.attr("p", 2))
-        return (win.abs() ** p).sum(axis=-1) ** (1.0 / p)
-    total = win.sum(axis=-1)
+        return _separable(xp.abs() ** p, kernel, strides, dil, out, "sum") ** (1.0 / p)
+    total = _separable(xp, kernel, strides, dil, out, "sum")
     include = bool(ctx.attr("count_include_pad", 0))
     counts = _counts(sp, kernel, strides, dil, pads, out, include)
     return total / ctx.t(counts.astype(np.float32)).astype(x.dtype)
+
+
+def _separable(x: Tensor, kernel: list[int], strides: list[int], dil: list[int], out: list[int], op: str) -> Tensor:
+    """Reduce the windows of a padded input one spatial axis at a time (max and sum are separable): sum(kernel)
+    strided views instead of prod(kernel), which keeps a 5x5x5 window's kernel source small and quick to build."""
+    y = x
+    for i, (k, s, d, n) in enumerate(zip(kernel, strides, dil, out, strict=True)):
+        ax = 2 + i
+        views = [y[(slice(None),) * ax + (slice(o * d, o * d + (n - 1) * s + 1, s),)] for o in range(k)]
+        win = stack(views, -1)
+        y = views[0] if k == 1 else win.max(axis=-1) if op == "max" else win.sum(axis=-1)
+    return y
+
+
+def _max_with_indices(
+    ctx: Ctx,
+    xp: Tensor,
+    sp: tuple[int, ...],
+    kernel: list[int],
+    strides: list[int],
+    dil: list[int],
+    begin: list[int],
+    out: list[int],
+) -> list[Tensor]:
+    """Max pooling and MaxPool's Indices: the first maximum of each window, as a flat index into the unpadded
+    input (row-major, or column-major over the spatial axes with storage_order=1), channels included."""
+    win = stack(_window_views(xp, kernel, strides, dil, out), -1)
+    first = win.argmax(-1, True).astype(dtypes.int64)
+    offsets = list(np.ndindex(*kernel))
+    grid = np.meshgrid(*[np.arange(n) for n in out], indexing="ij")
+    order = range(len(sp) - 1, -1, -1) if ctx.attr("storage_order", 0) else range(len(sp))
+    table = np.zeros((*out, len(offsets)), np.int64)
+    for j, off in enumerate(offsets):
+        flat = np.zeros(out, np.int64)
+        for i in order:
+            pos = np.clip(grid[i] * strides[i] - begin[i] + off[i] * dil[i], 0, sp[i] - 1)
+            flat = flat * sp[i] + pos
+        table[..., j] = flat
+    pick = first == ctx.t(np.arange(len(offsets), dtype=np.int64))
+    n, c = xp.shape[:2]
+    base = (np.arange(n * c, dtype=np.int64) * math.prod(sp)).reshape(n, c, *([1] * len(sp)))
+    idx = where(pick, ctx.t(table), 0).sum(-1) + ctx.t(base)
+    return [win.max(axis=-1), idx]
 
 
 def _counts(
@@ -225,9 +268,7 @@ register("LpPool", lambda ctx, ins: _pool(ctx, ins, "lp"))
 
 def _maxpool(ctx: Ctx, ins: list[Any]) -> Any:
     if len(ctx.node.output) > 1 and ctx.node.output[1]:
-        raise ctx.unsupported("MaxPool's Indices output is not supported")
-    if ctx.attr("storage_order", 0):
-        raise ctx.unsupported("MaxPool storage_order=1 is not supported")
+        return _pool(ctx, ins, "max", with_indices=True)
     return _pool(ctx, ins, "max")
 
 
@@ -256,9 +297,9 @@ def _channel(t: Tensor, nd: int) -> Tensor:
     return t.reshape(t.shape[0], *([1] * (nd - 2)))
 
 
-def _batchnorm(ctx: Ctx, ins: list[Any]) -> Tensor:
+def _batchnorm(ctx: Ctx, ins: list[Any]) -> Any:
     if ctx.attr("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
-        raise ctx.unsupported("BatchNormalization in training mode is not supported (export the model in eval mode)")
+        return _batchnorm_training(ctx, ins)
     x = ctx.t(ins[0])
     eps = float(ctx.attr("epsilon", 1e-5))
     scale, bias, mean, var = ins[1:5]
@@ -269,6 +310,25 @@ def _batchnorm(ctx: Ctx, ins: list[Any]) -> Tensor:
         return x * _channel(ctx.t(k), x.ndim).astype(x.dtype) + _channel(ctx.t(c), x.ndim).astype(x.dtype)
     s, b_, m, v = (_channel(ctx.t(t), x.ndim) for t in (scale, bias, mean, var))
     return (x - m) / (v + eps).sqrt() * s + b_
+
+
+def _batchnorm_training(ctx: Ctx, ins: list[Any]) -> list[Tensor]:
+    """Training mode: normalise by the batch's statistics (biased variance) and blend them into the running ones
+    with `momentum`. Opsets 14+ return (Y, running_mean, running_var); older ones also the batch mean and
+    variance."""
+    x = ctx.t(ins[0])
+    eps = float(ctx.attr("epsilon", 1e-5))
+    mom = float(ctx.attr("momentum", 0.9))
+    axes = (0, *range(2, x.ndim))
+    xf = x.astype(dtypes.float32)
+    mean = xf.mean(axes)
+    var = ((xf - _channel(mean, x.ndim)) ** 2.0).mean(axes)
+    s, b_ = (_channel(ctx.t(t).astype(dtypes.float32), x.ndim) for t in ins[1:3])
+    y = (xf - _channel(mean, x.ndim)) / _channel(var + eps, x.ndim).sqrt() * s + b_
+    run_mean = ctx.t(ins[3]).astype(dtypes.float32) * mom + mean * (1.0 - mom)
+    run_var = ctx.t(ins[4]).astype(dtypes.float32) * mom + var * (1.0 - mom)
+    outs = [y, run_mean, run_var] + ([] if ctx.opset >= 14 else [mean, var])
+    return [o.astype(x.dtype) for o in outs]
 
 
 def _instancenorm(ctx: Ctx, ins: list[Any]) -> Tensor:
