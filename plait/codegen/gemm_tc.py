@@ -3,7 +3,9 @@ each warp runs `mma.sync.aligned.m16n8k8` on TF32 fragments it loads from local 
 
 3xTF32: every FP32 operand x splits into a TF32 `big = rna(x)` and a TF32 residual `small = rna(x - big)`; the
 product accumulates small*big + big*small + big*big in FP32, which keeps the error of a plain FP32 GEMM (a single
-TF32 product would lose about 10 bits). Global loads of the next K tile go to registers while the warps compute
+TF32 product would lose about 10 bits). The tensor core adds its products into the accumulator it is given by
+truncation, which over a long K drifts an order of magnitude past FP32's error, so each k8 step's three products
+start from zero and join the running sum with an ordinary (round-to-nearest) FP32 add. Global loads of the next K tile go to registers while the warps compute
 on the current one, and land in the second of two local buffers (one barrier per tile).
 
 The same template has a portable twin (knob MMA=0, kernel kind GEMM3XTF32EMU) that computes each lane's
@@ -21,7 +23,7 @@ import numpy as np
 
 from plait.codegen.cstyle import RenderedKernel
 from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish
-from plait.errors import DeviceError
+from plait.errors import DeviceError, UnsupportedError
 
 TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32}
 
@@ -37,6 +39,13 @@ inline void plait_mma_tf32(float* c, float a0, float a1, float a2, float a3, flo
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(as_uint(a0)), "r"(as_uint(a1)), "r"(as_uint(a2)), "r"(as_uint(a3)), "r"(as_uint(b0)),
                  "r"(as_uint(b1)));
+}
+inline void plait_mma_tf32_first(float* d, float a0, float a1, float a2, float a3, float b0, float b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%10,%10,%10,%10};"
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+               : "r"(as_uint(a0)), "r"(as_uint(a1)), "r"(as_uint(a2)), "r"(as_uint(a3)), "r"(as_uint(b0)),
+                 "r"(as_uint(b1)), "f"(0.0f));
 }
 """
 _EMU_HELPERS = """inline float plait_tf32(float x) { return as_float((as_uint(x) + 0x1000u) & 0xffffe000u); }
@@ -72,12 +81,12 @@ def mma_tf32_unsupported(device: Any) -> str | None:
     elif not device.info.extra.get("gpu"):
         why = f"{device.name} ({device.info.name}) is not a GPU, so it has no tensor cores"
     else:
-        why = _run_probe(device)
+        why = run_probe(device)
     _probed[key] = why
     return why
 
 
-def _run_probe(device: Any) -> str | None:
+def run_probe(device: Any) -> str | None:
     rng = np.random.default_rng(0)
     a = rng.integers(-8, 9, (16, 8)).astype(np.float32)
     b = rng.integers(-8, 9, (8, 8)).astype(np.float32)
@@ -99,15 +108,24 @@ def _run_probe(device: Any) -> str | None:
     return None
 
 
-def require_mma(device: Any, knobs: dict[str, int]) -> None:
-    """Raise when `knobs` ask for the PTX tensor-core path on a device where the probe failed."""
-    if knobs.get("V") == 3 and knobs.get("MMA", 1):
+def check_device(device: Any, knobs: dict[str, int]) -> None:
+    """Raise when `knobs` ask for the PTX tensor-core path on a device where the probe failed, or for tiles whose
+    two local buffers do not fit the device's local memory."""
+    if knobs.get("V") != 3:
+        return
+    if knobs.get("MMA", 1):
         why = mma_tf32_unsupported(device)
         if why:
             raise DeviceError(
                 f"GEMM knobs {knobs} ask for tensor cores (3xTF32 mma.sync) but {why}; use knobs with MMA=0 "
                 "(the portable twin) or another GEMM variant, or clear the tuning cache"
             )
+    need, have = local_bytes(knobs), device.info.extra.get("local_mem", 0)
+    if have and need > have:
+        raise DeviceError(
+            f"GEMM knobs {knobs} need {need} bytes of local memory but {device.name} has {have}; use smaller BM, BN "
+            "or BK"
+        )
 
 
 class _Operand:
@@ -195,7 +213,7 @@ def _mma_step(mi: int, ni: int, emu: bool, a: _Operand, b: _Operand) -> str:
         for (int ni = 0; ni < {ni}; ni++)
           for (int r = 0; r < 4; r++) {{
             int row = wr + mi * 16 + g + (r >> 1) * 8, col = wc + ni * 8 + 2 * t + (r & 1);
-            float s = acc[mi][ni][r];
+            float s = 0.0f;
             for (int q = 0; q < 8; q++) {{
               float x = As[{a.at("row", "kk + q")}], y = Bs[{b.at("col", "kk + q")}];
               float xb = plait_tf32(x), yb = plait_tf32(y);
@@ -204,7 +222,7 @@ def _mma_step(mi: int, ni: int, emu: bool, a: _Operand, b: _Operand) -> str:
               s = fma(xb, ys, s);
               s = fma(xb, yb, s);
             }}
-            acc[mi][ni][r] = s;
+            acc[mi][ni][r] += s;
           }}
 """
     return f"""      float abig[{mi}][4], asml[{mi}][4], bbig[{ni}][2], bsml[{ni}][2];
@@ -228,9 +246,11 @@ def _mma_step(mi: int, ni: int, emu: bool, a: _Operand, b: _Operand) -> str:
       for (int mi = 0; mi < {mi}; mi++)
 #pragma unroll
         for (int ni = 0; ni < {ni}; ni++) {{
-          plait_mma_tf32(acc[mi][ni], asml[mi][0], asml[mi][1], asml[mi][2], asml[mi][3], bbig[ni][0], bbig[ni][1]);
-          plait_mma_tf32(acc[mi][ni], abig[mi][0], abig[mi][1], abig[mi][2], abig[mi][3], bsml[ni][0], bsml[ni][1]);
-          plait_mma_tf32(acc[mi][ni], abig[mi][0], abig[mi][1], abig[mi][2], abig[mi][3], bbig[ni][0], bbig[ni][1]);
+          float d[4];
+          plait_mma_tf32_first(d, asml[mi][0], asml[mi][1], asml[mi][2], asml[mi][3], bbig[ni][0], bbig[ni][1]);
+          plait_mma_tf32(d, abig[mi][0], abig[mi][1], abig[mi][2], abig[mi][3], bsml[ni][0], bsml[ni][1]);
+          plait_mma_tf32(d, abig[mi][0], abig[mi][1], abig[mi][2], abig[mi][3], bbig[ni][0], bbig[ni][1]);
+          for (int q = 0; q < 4; q++) acc[mi][ni][q] += d[q];
         }}
 """
 
@@ -240,7 +260,9 @@ def check_knobs(kn: dict[str, int]) -> None:
     bm, bn, bk, wm, wn = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"]
     ok = bm % wm == 0 and bn % wn == 0 and wm % 16 == 0 and wn % 8 == 0 and bk % 8 == 0
     if not ok:
-        raise ValueError(f"3xTF32 GEMM knobs {kn}: need BM % WM == BN % WN == 0, WM % 16 == WN % 8 == BK % 8 == 0")
+        raise UnsupportedError(
+            f"3xTF32 GEMM knobs {kn}: need BM % WM == BN % WN == 0, WM % 16 == WN % 8 == BK % 8 == 0"
+        )
 
 
 def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
@@ -301,10 +323,10 @@ __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__gl
     return _finish("GEMM3XTF32EMU" if emu else "GEMM3XTF32", spec, src, gs, (nt, 1, 1))
 
 
-def local_bytes(spec: GemmSpec, knobs: dict[str, int]) -> int:
-    """Local memory one work-group of this configuration uses (two buffers per operand)."""
+def local_bytes(knobs: dict[str, int]) -> int:
+    """Local memory one work-group of this configuration uses at most (two buffers per operand, the larger of
+    the two layouts each)."""
     kn = {**TC_DEFAULT, **knobs}
-    nt = (kn["BM"] // kn["WM"]) * (kn["BN"] // kn["WN"]) * 32
-    a = _Operand("A", kn["BM"], spec.m, kn["BK"], spec.a[2], spec.a[3], False, nt)
-    b = _Operand("B", kn["BN"], spec.n, kn["BK"], spec.b[3], spec.b[2], False, nt)
-    return 2 * 4 * (a.local_floats + b.local_floats)
+    bm, bn, bk = kn["BM"], kn["BN"], kn["BK"]
+    per_operand = [max(rows * (bk + 4), bk * (rows + 8)) for rows in (bm, bn)]
+    return 2 * 4 * sum(per_operand)

@@ -60,9 +60,9 @@ def knobs_for(device: Device, kind: str, spec: Any) -> dict[str, int]:
     device's mma probe, so a stale cache entry raises instead of failing to build."""
     knobs = _db(device).get(_sig(kind, spec)) or _heuristic(device, kind, spec)
     if knobs.get("V") == 3:
-        from plait.codegen.gemm_tc import require_mma
+        from plait.codegen.gemm_tc import check_device
 
-        require_mma(device, knobs)
+        check_device(device, knobs)
     return knobs
 
 

@@ -1,0 +1,154 @@
+"""The 3xTF32 tensor-core GEMM template: FP32-level accuracy against a float64 product, every operand layout,
+ragged edges, two-level batches, fused epilogues in whole plans, and the mma.sync capability probe.
+
+On OpenCL devices without tensor cores (PoCL here) the portable twin (MMA=0) runs the same tiling, pipelining,
+bounds and epilogue code with emulated TF32 rounding; where the probe passes (NVIDIA) the PTX path runs too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.tune
+from plait.codegen import gemm
+from plait.codegen.gemm import GemmSpec
+from plait.codegen.gemm_tc import check_device, check_knobs, mma_tf32_unsupported, run_probe
+from plait.errors import DeviceError, UnsupportedError
+from plait.runtime import get_device
+from tests.conftest import DEVICES
+from tests.helpers import assert_close
+
+CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
+SMALL = {"V": 3, "BM": 32, "BN": 32, "BK": 8, "WM": 16, "WN": 16}  # 4 warps, one 16x16 sub-tile each
+WIDE = {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32}
+
+
+def _paths(device: str) -> list[int]:
+    """MMA knob values to test: the portable twin everywhere, the PTX path where the probe passed."""
+    return [0] if mma_tf32_unsupported(get_device(device)) else [0, 1]
+
+
+def _run(device: str, spec: GemmSpec, knobs: dict[str, int], a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, str]:
+    dev = get_device(device)
+    kern = gemm.render_opencl(spec, knobs, dev.renderer)
+    al = dev.allocator
+    bufs = [al.alloc(4 * spec.batch * spec.m * spec.n), al.alloc(a.nbytes), al.alloc(b.nbytes)]
+    al.copy_in(bufs[1], a)
+    al.copy_in(bufs[2], b)
+    dev.compile(kern.source, kern.name).bind(bufs, kern.global_size, kern.local_size)()
+    out = np.empty((spec.batch, spec.m, spec.n), np.float32)
+    al.copy_out(bufs[0], out)
+    for buf in bufs:
+        al.free(buf.nbytes, buf.handle)
+    return out, kern.name
+
+
+def _rel_err(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+# (batch, m, n, k, a transposed, b transposed): ragged edges (vec 1) and 4-aligned sizes (float4 loads)
+CASES = [
+    (1, 70, 45, 37, False, False),
+    (1, 70, 45, 37, True, True),
+    (2, 64, 96, 128, False, False),
+    (2, 64, 96, 128, True, True),
+    (1, 33, 8, 200, False, True),
+]
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize(("batch", "m", "n", "k", "ta", "tb"), CASES)
+def test_3xtf32_accuracy_matches_fp32(device, batch, m, n, k, ta, tb):
+    rng = np.random.default_rng(m * n + k)
+    a = rng.standard_normal((batch, m, k), dtype=np.float32)
+    b = rng.standard_normal((batch, k, n), dtype=np.float32)
+    # operands in memory as given; the spec's strides say how to read A[b, m, k] and B[b, k, n]
+    am = np.ascontiguousarray(a.transpose(0, 2, 1)) if ta else a
+    bm = np.ascontiguousarray(b.transpose(0, 2, 1)) if tb else b
+    sa = (0, m * k, 1, m) if ta else (0, m * k, k, 1)
+    sb = (0, k * n, 1, k) if tb else (0, k * n, n, 1)
+    spec = GemmSpec(batch, m, n, k, sa, sb)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    fp32_err = _rel_err(np.matmul(a, b), ref)
+    for mma in _paths(device):
+        for knobs in (SMALL, WIDE):
+            got, name = _run(device, spec, {**knobs, "MMA": mma}, am, bm)
+            assert name.startswith("GEMM3XTF32_" if mma else "GEMM3XTF32EMU_"), name
+            err = _rel_err(got, ref)
+            # a single TF32 product would be ~1e-3 off; 3xTF32 stays at a plain FP32 GEMM's error
+            assert err <= 4 * fp32_err + 1e-7, f"{name} {knobs}: max rel error {err:.2e} vs fp32 {fp32_err:.2e}"
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_two_level_batch_strides(device):
+    """Grouped products: batch index = (image, group), A shared across images, B strided per group."""
+    rng = np.random.default_rng(3)
+    imgs, groups, m, n, k = 2, 3, 16, 24, 40
+    a = rng.standard_normal((groups, m, k), dtype=np.float32)
+    b = rng.standard_normal((imgs, groups, k, n), dtype=np.float32)
+    spec = GemmSpec(imgs * groups, m, n, k, (0, 0, k, 1), (0, groups * k * n, n, 1), groups, m * k, k * n)
+    ref = np.matmul(a[None].astype(np.float64), b.astype(np.float64)).reshape(imgs * groups, m, n)
+    for mma in _paths(device):
+        got, _ = _run(device, spec, {**SMALL, "MMA": mma}, a, b)
+        assert _rel_err(got, ref) < 1e-6
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_plans_use_the_template_with_fused_epilogues(device, monkeypatch):
+    """Convolution (im2col + batched GEMM + bias + relu) and a linear layer through whole plans: the kernel names
+    show the tensor-core template was chosen, and the results match PyTorch."""
+    dev = get_device(device)
+    mma = _paths(device)[-1]
+    monkeypatch.setattr(plait.tune, "_heuristic", lambda device, kind, spec: {**WIDE, "MMA": mma})
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 5, 11, 9), dtype=np.float32)
+    w = rng.standard_normal((12, 5, 3, 3), dtype=np.float32)
+    bias = rng.standard_normal(12, dtype=np.float32)
+    lw = rng.standard_normal((7, 12 * 11 * 9), dtype=np.float32) * 0.05
+
+    def net(x: plait.Tensor, w: plait.Tensor, bias: plait.Tensor, lw: plait.Tensor) -> plait.Tensor:
+        y = plait.nn.functional.conv2d(x, w, bias, padding=1).relu()
+        return y.reshape(2, -1) @ lw.T
+
+    fn = plait.jit(net, device=device)
+    got = fn(x, w, bias, lw)
+    want = torch.relu(torch.nn.functional.conv2d(*(torch.from_numpy(v) for v in (x, w, bias)), padding=1))
+    want = want.reshape(2, -1) @ torch.from_numpy(lw).T
+    assert_close(got, want.numpy(), "float32", f"conv + linear on {device}", tol_scale=10)
+    plan, _ = fn.plan_for([x, w, bias, lw])
+    kind = "GEMM3XTF32_" if mma else "GEMM3XTF32EMU_"
+    names = [k.name for k in plan.kernels]
+    assert sum(name.startswith(kind) for name in names) == 2, names
+    assert dev is get_device(device)
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_mma_probe(device):
+    """The probe answers for every device; where it builds PTX it must also compute the right product, and on a
+    driver without inline PTX (PoCL on a CPU) the probe kernel itself fails to build and says so."""
+    dev = get_device(device)
+    why = mma_tf32_unsupported(dev)
+    if why is None:
+        assert run_probe(dev) is None
+    elif not dev.info.extra.get("gpu"):
+        reason = run_probe(dev)
+        assert reason is not None and "mma.sync probe" in reason, reason
+
+
+def test_tensor_core_knobs_are_refused_without_tensor_cores():
+    """A cached tensor-core configuration on a device whose probe failed raises instead of running elsewhere."""
+    dev = get_device("cpu")
+    with pytest.raises(DeviceError, match="tensor cores"):
+        check_device(dev, {"V": 3, "MMA": 1})
+    check_device(dev, {"V": 3, "MMA": 0})  # the portable twin needs no probe
+
+
+def test_bad_tiles_are_refused():
+    with pytest.raises(UnsupportedError, match="WM % 16"):
+        check_knobs({"BM": 64, "BN": 64, "BK": 16, "WM": 24, "WN": 32})
+    with pytest.raises(UnsupportedError, match="BK % 8"):
+        check_knobs({"BM": 64, "BN": 64, "BK": 12, "WM": 32, "WN": 32})
