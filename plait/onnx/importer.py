@@ -6,6 +6,9 @@ concrete shape; initializers stay NumPy until a device op needs them, then each 
 
 from __future__ import annotations
 
+from collections import ChainMap
+from collections.abc import MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +24,15 @@ from plait.onnx.loader import DEFAULT_DOMAINS, LoadedModel, elem_name, to_numpy
 from plait.onnx.ops import TABLE, load_all
 
 Value = Tensor | np.ndarray
+
+
+@dataclass(frozen=True)
+class SeqValue:
+    """An ONNX sequence while importing: its elements (Tensors or host arrays) in order. It is immutable, as ONNX
+    values are: SequenceInsert makes a new one. (An empty optional is None; a full one is its element.)"""
+
+    items: tuple[Any, ...]
+
 
 # NumPy dtype -> the plait dtype that computes it. Narrower integers widen; float64 is computed in float32.
 _COMPUTE = {
@@ -51,14 +63,15 @@ def compute_dtype(npd: Any, what: str) -> DType:
 
 
 def attrs_of(node: onnx.NodeProto, base_dir: Any) -> dict[str, Any]:
+    """A node's attributes as Python values; subgraphs (If branches, Loop/Scan bodies) stay GraphProtos, which
+    `Importer.run_graph` imports when the op asks."""
     out: dict[str, Any] = {}
     for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH or a.type == onnx.AttributeProto.GRAPHS:
-            raise OnnxUnsupportedError(
-                f"node {node.name or node.op_type!r} ({node.op_type}): subgraph attributes (If/Loop/Scan bodies) are"
-                " not supported"
-            )
-        if a.type == onnx.AttributeProto.TENSOR:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out[a.name] = a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out[a.name] = list(a.graphs)
+        elif a.type == onnx.AttributeProto.TENSOR:
             out[a.name] = to_numpy(a.t, base_dir, f"node {node.name!r} attribute {a.name}")
         elif a.ref_attr_name:
             raise OnnxUnsupportedError(f"node {node.name!r}: attribute references (functions) are not supported")
@@ -71,10 +84,13 @@ def attrs_of(node: onnx.NodeProto, base_dir: Any) -> dict[str, Any]:
 class Ctx:
     """What an op implementation sees: the node's attributes, the opset, and converters between host and device."""
 
-    def __init__(self, imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]):
+    def __init__(
+        self, imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], env: MutableMapping[str, Any] | None = None
+    ):
         self.imp = imp
         self.node = node
         self.attrs = attrs
+        self.env: MutableMapping[str, Any] = {} if env is None else env  # the scope a subgraph of this node sees
         self.opset = imp.opset
         self.device = imp.device
         self.label = f"node {node.name!r} ({node.op_type})" if node.name else f"{node.op_type} node"
@@ -111,6 +127,10 @@ class Ctx:
     def ints(self, v: Value | None, what: str) -> list[int]:
         return [int(x) for x in self.host(v, what).reshape(-1)]
 
+    def run_graph(self, graph: onnx.GraphProto, inputs: list[Any]) -> list[Any]:
+        """Import subgraph `graph` (a branch or loop body of this node) with `inputs` bound to its inputs."""
+        return self.imp.run_graph(graph, self.env, inputs, self.label)
+
 
 class Importer:
     """Builds plait Tensors for a model's outputs from concrete input shapes (and, where ops need them, values)."""
@@ -129,8 +149,11 @@ class Importer:
         load_all()
         self._check_ops()
 
-    def _check_ops(self) -> None:
-        for node in self.graph.node:
+    def _check_ops(self, graph: onnx.GraphProto | None = None) -> None:
+        for node in (self.graph if graph is None else graph).node:
+            for a in node.attribute:
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                    self._check_ops(sub)
             if node.domain not in DEFAULT_DOMAINS:
                 raise OnnxUnsupportedError(
                     f"node {node.name!r}: operator {node.domain}.{node.op_type} is from a domain plait does not support"
@@ -152,11 +175,15 @@ class Importer:
         return t
 
     def build(
-        self, shapes: dict[str, tuple[tuple[int, ...], DType]], values: dict[str, np.ndarray]
-    ) -> tuple[list[Node], list[Value]]:
+        self,
+        shapes: dict[str, tuple[tuple[int, ...], DType]],
+        values: dict[str, np.ndarray],
+        sequences: dict[str, list[str] | None] | None = None,
+    ) -> tuple[list[Node], list[Any]]:
         """Placeholders for the inputs in `shapes` and the graph's outputs as Tensors or host arrays. Inputs in
-        `values` are folded in as constants instead."""
-        env: dict[str, Value] = dict(self.initializers)
+        `values` are folded in as constants instead. `sequences` names the sequence (and optional) graph inputs:
+        each is a list of the names in `shapes` that hold its elements, or None for an empty optional."""
+        env: dict[str, Any] = dict(self.initializers)
         placeholders: list[Node] = []
         self.input_names = {}
         for name, (shape, dt) in shapes.items():
@@ -167,6 +194,8 @@ class Importer:
             placeholders.append(node)
             self.input_names[node.uid] = name
             env[name] = Tensor(node)
+        for name, parts in (sequences or {}).items():
+            env[name] = None if parts is None else SeqValue(tuple(env[p] for p in parts))
         for node in self.graph.node:
             self._run_node(node, env)
         outs = []
@@ -176,17 +205,40 @@ class Importer:
             outs.append(env[o.name])
         return placeholders, outs
 
-    def _run_node(self, node: onnx.NodeProto, env: dict[str, Value]) -> None:
-        ctx = Ctx(self, node, attrs_of(node, self.base_dir))
-        ins: list[Value | None] = []
+    def run_graph(
+        self, graph: onnx.GraphProto, outer: MutableMapping[str, Any], inputs: list[Any], owner: str
+    ) -> list[Any]:
+        """The outputs of subgraph `graph` with `inputs` bound to its inputs, in a scope that sees `outer` (the
+        enclosing graph's values); what the subgraph defines stays in its own scope."""
+        if len(inputs) != len(graph.input):
+            raise OnnxModelError(
+                f"{owner}: subgraph {graph.name!r} takes {len(graph.input)} inputs, the node gives {len(inputs)}"
+            )
+        scope: dict[str, Any] = {
+            t.name: to_numpy(t, self.base_dir, f"{owner} subgraph initializer {t.name!r}") for t in graph.initializer
+        }
+        scope.update({i.name: v for i, v in zip(graph.input, inputs, strict=True)})
+        env: ChainMap[str, Any] = ChainMap(scope, outer)
+        for node in graph.node:
+            self._run_node(node, env)
+        missing = [o.name for o in graph.output if o.name not in env]
+        if missing:
+            raise OnnxModelError(f"{owner}: subgraph {graph.name!r} outputs {missing} are produced by no node")
+        return [env[o.name] for o in graph.output]
+
+    def _run_node(self, node: onnx.NodeProto, env: MutableMapping[str, Any]) -> None:
+        ctx = Ctx(self, node, attrs_of(node, self.base_dir), env)
+        ins: list[Any] = []
         for name in node.input:
             if not name:
                 ins.append(None)
             elif name in env:
-                ins.append(env[name])
+                ins.append(env[name])  # None here is an empty optional: to an op, the same as an absent input
             else:
                 raise ctx.error(f"input {name!r} is produced by no earlier node and is not a graph input")
         op = TABLE[node.op_type]
+        if not op.sequences and any(isinstance(x, SeqValue) for x in ins):
+            raise ctx.unsupported("takes tensors, but one of its inputs is a sequence")
         if op.fold is not None and all(x is None or isinstance(x, np.ndarray) for x in ins):
             result = op.fold(ctx, ins)
         else:
@@ -194,7 +246,8 @@ class Importer:
         outs = list(result) if isinstance(result, (list, tuple)) else [result]
         for name, val in zip(node.output, outs, strict=False):
             if name:
-                env[name] = val if isinstance(val, Tensor) else np.asarray(val)
+                # sequences and empty optionals (None) stay as they are; the rest is a tensor or an array
+                env[name] = val if val is None or isinstance(val, (Tensor, SeqValue)) else np.asarray(val)
 
 
 def type_label(elem_type: int) -> str:

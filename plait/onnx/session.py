@@ -24,7 +24,7 @@ import onnx
 from plait.frontends.native.tensor import Tensor
 from plait.graph.node import Node
 from plait.onnx.errors import NeedValue, OnnxInputError
-from plait.onnx.importer import Importer, Value, compute_dtype, type_label
+from plait.onnx.importer import Importer, SeqValue, compute_dtype, type_label
 from plait.onnx.loader import elem_np, load
 from plait.runtime import canonical, default_device
 from plait.schedule.plan import Plan
@@ -45,14 +45,23 @@ def _arg(v: onnx.ValueInfoProto) -> NodeArg:
     shape: list[int | str | None] = []
     for d in tt.shape.dim:
         shape.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
-    return NodeArg(v.name, shape, type_label(tt.elem_type))
+    return NodeArg(v.name, shape, _type_text(v.type))
+
+
+def _type_text(tp: onnx.TypeProto) -> str:
+    """ONNX Runtime's spelling of a value type: 'tensor(float)', 'seq(tensor(float))', 'optional(...)'."""
+    if tp.HasField("sequence_type"):
+        return f"seq({_type_text(tp.sequence_type.elem_type)})"
+    if tp.HasField("optional_type"):
+        return f"optional({_type_text(tp.optional_type.elem_type)})"
+    return type_label(tp.tensor_type.elem_type)
 
 
 @dataclass
 class _Compiled:
     plan: Plan | None
     placeholders: list[str]
-    outputs: list[Value]
+    outputs: list[Any]  # Tensors, host arrays, SeqValues or None (an empty optional)
     input_of: dict[int, str]
 
 
@@ -84,70 +93,88 @@ class InferenceSession:
     def get_providers(self) -> list[str]:
         return [f"plait:{self.device}"]
 
-    def _check_feed(self, feed: dict[str, Any]) -> dict[str, np.ndarray]:
+    def _check_feed(self, feed: dict[str, Any]) -> dict[str, Any]:
         known = {v.name for v in self._inputs}
         for name in feed:
             if name not in known:
                 raise OnnxInputError(f"input {name!r} is not an input of this model (inputs: {sorted(known)})")
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, Any] = {}
         for v in self._inputs:
             if v.name not in feed:
                 raise OnnxInputError(f"input {v.name!r} is missing from the feed (inputs: {sorted(known)})")
-            arr = np.asarray(feed[v.name])
-            tt = v.type.tensor_type
-            want = elem_np(tt.elem_type)
-            if arr.dtype == object and want is not None and want.kind in "biuf":
-                arr = arr.astype(want)  # Python scalars in an object array: take the declared type
-            if want is not None and arr.dtype != want:
-                raise OnnxInputError(
-                    f"input {v.name!r} has dtype {arr.dtype} but the model expects {type_label(tt.elem_type)}"
-                    f" ({want}); cast it with .astype(np.{want})"
-                )
-            dims = list(tt.shape.dim)
-            if tt.HasField("shape"):
-                if len(dims) != arr.ndim:
-                    raise OnnxInputError(
-                        f"input {v.name!r} has shape {arr.shape} (rank {arr.ndim}) but the model expects rank"
-                        f" {len(dims)}: {_arg(v).shape}"
-                    )
-                for i, d in enumerate(dims):
-                    if d.HasField("dim_value") and d.dim_value != arr.shape[i]:
-                        raise OnnxInputError(
-                            f"input {v.name!r} has shape {arr.shape} but the model expects {_arg(v).shape}"
-                            f" (axis {i} must be {d.dim_value})"
-                        )
-            out[v.name] = arr
+            out[v.name] = self._check_value(v, v.type, feed[v.name])
         return out
 
-    def _compile(self, feed: dict[str, np.ndarray]) -> _Compiled:
+    def _check_value(self, v: onnx.ValueInfoProto, tp: onnx.TypeProto, value: Any) -> Any:
+        """`value` checked against type `tp` of input `v`: an array, a list of them (a sequence) or None (an empty
+        optional)."""
+        if tp.HasField("optional_type"):
+            return None if value is None else self._check_value(v, tp.optional_type.elem_type, value)
+        if tp.HasField("sequence_type"):
+            if not isinstance(value, (list, tuple)):
+                raise OnnxInputError(
+                    f"input {v.name!r} is a sequence ({_type_text(tp)}): feed a list of arrays, not"
+                    f" {type(value).__name__}"
+                )
+            return [self._check_value(v, tp.sequence_type.elem_type, x) for x in value]
+        arr = np.asarray(value)
+        tt = tp.tensor_type
+        want = elem_np(tt.elem_type)
+        if arr.dtype == object and want is not None and want.kind in "biuf":
+            arr = arr.astype(want)  # Python scalars in an object array: take the declared type
+        if want is not None and arr.dtype != want:
+            raise OnnxInputError(
+                f"input {v.name!r} has dtype {arr.dtype} but the model expects {type_label(tt.elem_type)}"
+                f" ({want}); cast it with .astype(np.{want})"
+            )
+        dims = list(tt.shape.dim)
+        expected = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims]
+        if tt.HasField("shape"):
+            if len(dims) != arr.ndim:
+                raise OnnxInputError(
+                    f"input {v.name!r} has shape {arr.shape} (rank {arr.ndim}) but the model expects rank"
+                    f" {len(dims)}: {expected}"
+                )
+            for i, d in enumerate(dims):
+                if d.HasField("dim_value") and d.dim_value != arr.shape[i]:
+                    raise OnnxInputError(
+                        f"input {v.name!r} has shape {arr.shape} but the model expects {expected}"
+                        f" (axis {i} must be {d.dim_value})"
+                    )
+        return arr
+
+    def _compile(self, feed: dict[str, np.ndarray], sequences: dict[str, list[str] | None]) -> _Compiled:
+        """The plan for flat `feed` (sequence inputs arrive as their elements, laid out by `sequences`)."""
+        layout = tuple(sorted((n, -1 if p is None else len(p)) for n, p in sequences.items()))
         while True:
             values = {n: feed[n] for n in self._value_inputs}
-            key = tuple((n, a.shape, a.dtype.str) for n, a in feed.items()) + tuple(
-                (n, a.tobytes()) for n, a in sorted(values.items())
+            key = (
+                tuple((n, a.shape, a.dtype.str) for n, a in feed.items())
+                + layout
+                + tuple((n, a.tobytes()) for n, a in sorted(values.items()))
             )
             hit = self._plans.get(key)
             if hit is not None:
                 return hit
             shapes = {n: (a.shape, compute_dtype(a.dtype, f"input {n!r}")) for n, a in feed.items()}
             try:
-                placeholders, outs = self._importer.build(shapes, values)
+                placeholders, outs = self._importer.build(shapes, values, sequences)
             except NeedValue as e:
                 if e.names <= self._value_inputs:
                     raise
                 self._value_inputs |= e.names
                 continue
             input_of = dict(self._importer.input_names)
-            nodes = [o.node for o in outs if isinstance(o, Tensor) and not o.node.realized]
+            nodes = [o.node for o in _tensors(outs) if not o.node.realized]
             plan = Plan(_unique(nodes), placeholders) if nodes else None
             self._plans[key] = _Compiled(plan, [input_of[n.uid] for n in placeholders], outs, input_of)
             return self._plans[key]
 
-    def run(
-        self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None
-    ) -> list[np.ndarray]:
-        """Outputs `output_names` (None: all of them) for `input_feed` {input name: array}."""
-        feed = self._check_feed(input_feed)
-        c = self._compile(feed)
+    def run(self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list[Any]:
+        """Outputs `output_names` (None: all of them) for `input_feed` {input name: array}. Sequence inputs and
+        outputs are lists of arrays; an empty optional is None."""
+        feed, sequences = _flatten(self._check_feed(input_feed))
+        c = self._compile(feed, sequences)
         results: dict[int, np.ndarray] = {}
         if c.plan is not None:
             arrays = c.plan(*(feed[n] for n in c.placeholders))
@@ -159,13 +186,20 @@ class InferenceSession:
             if name not in by_name:
                 raise OnnxInputError(f"output {name!r} is not an output of this model (outputs: {list(by_name)})")
             i = by_name[name]
-            out.append(self._finish(c, c.outputs[i], results, feed, self._outputs[i]))
+            out.append(self._finish(c, c.outputs[i], results, feed, self._outputs[i].type))
         return out
 
-    @staticmethod
+    @classmethod
     def _finish(
-        c: _Compiled, v: Value, results: dict[int, np.ndarray], feed: dict[str, np.ndarray], info: Any
-    ) -> np.ndarray:
+        cls, c: _Compiled, v: Any, results: dict[int, np.ndarray], feed: dict[str, np.ndarray], tp: onnx.TypeProto
+    ) -> Any:
+        if tp.HasField("optional_type"):
+            tp = tp.optional_type.elem_type
+        if v is None:
+            return None
+        if isinstance(v, SeqValue):
+            elem = tp.sequence_type.elem_type if tp.HasField("sequence_type") else tp
+            return [cls._finish(c, x, results, feed, elem) for x in v.items]
         if isinstance(v, np.ndarray):
             arr = v
         elif v.node.uid in results:
@@ -174,8 +208,36 @@ class InferenceSession:
             arr = feed[c.input_of[v.node.uid]]
         else:
             arr = v.numpy()
-        want = elem_np(info.type.tensor_type.elem_type)
+        want = elem_np(tp.tensor_type.elem_type)
         return np.array(arr, dtype=want if want is not None else arr.dtype, copy=True)
+
+
+def _flatten(feed: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, list[str] | None]]:
+    """Arrays by name, with each sequence input's elements under names of their own ('x[0]', 'x[1]'...), and
+    the layout of the sequence inputs (their element names; None for an empty optional)."""
+    flat: dict[str, np.ndarray] = {}
+    sequences: dict[str, list[str] | None] = {}
+    for name, v in feed.items():
+        if v is None:
+            sequences[name] = None
+        elif isinstance(v, list):
+            parts = [f"{name}[{i}]" for i in range(len(v))]
+            sequences[name] = parts
+            flat.update(zip(parts, v, strict=True))
+        else:
+            flat[name] = v
+    return flat, sequences
+
+
+def _tensors(values: list[Any]) -> list[Tensor]:
+    """The device tensors among graph outputs, sequences' elements included."""
+    out: list[Tensor] = []
+    for v in values:
+        if isinstance(v, SeqValue):
+            out += _tensors(list(v.items))
+        elif isinstance(v, Tensor):
+            out.append(v)
+    return out
 
 
 def _unique(nodes: list[Node]) -> list[Node]:

@@ -399,6 +399,7 @@ EXCLUDED: dict[str, str] = {
     "test_linear_attention_linear_t1_no_past": "operator LinearAttention is not implemented",
     "test_linear_attention_no_past_explicit_zeros": "operator LinearAttention is not implemented",
     "test_linear_attention_prefill_with_past": "operator LinearAttention is not implemented",
+    "test_loop16_seq_none": "plait gives the right sequence, but onnx's runner cannot compare a sequence of 0-d tensors (len() of a 0-d array in assert_similar_outputs)",
     "test_matmulinteger": "operator MatMulInteger is not implemented",
     "test_maxunpool_export_with_output_shape": "operator MaxUnpool is not implemented",
     "test_maxunpool_export_without_output_shape": "operator MaxUnpool is not implemented",

@@ -20,19 +20,20 @@ class OnnxOp:
     name: str
     fn: OpFn
     fold: OpFn | None = None
+    sequences: bool = False  # takes sequence values (the importer refuses them to every other op)
 
 
 TABLE: dict[str, OnnxOp] = {}
 
 
-def register(name: str, fn: OpFn, fold: OpFn | None = None) -> None:
+def register(name: str, fn: OpFn, fold: OpFn | None = None, *, sequences: bool = False) -> None:
     if name in TABLE:
         raise ValueError(f"ONNX op {name} registered twice")
-    TABLE[name] = OnnxOp(name, fn, fold)
+    TABLE[name] = OnnxOp(name, fn, fold, sequences)
 
 
 def load_all() -> dict[str, OnnxOp]:
     """The table with every op family registered (imported on first use: the families import the importer)."""
-    from plait.onnx.ops import attention, elementwise, nn, reduce, rnn, scatter, shape, signal, sorting  # noqa: F401
+    from plait.onnx.ops import attention, control, elementwise, nn, reduce, rnn, scatter, shape, signal, sorting  # noqa: F401
 
     return TABLE

@@ -332,4 +332,4 @@ def _identity(ctx: Ctx, ins: list[Any]) -> Any:
     return ins[0]
 
 
-register("Identity", _identity, _identity)
+register("Identity", _identity, _identity, sequences=True)
