@@ -20,6 +20,7 @@ from plait.dtypes import DType
 from plait.frontends.native.tensor import Tensor
 from plait.graph.node import Node, toposort
 from plait.onnx.errors import NeedValue, OnnxModelError, OnnxUnsupportedError
+from plait.onnx.formats import STORAGE, elem_of, value_types
 from plait.onnx.loader import DEFAULT_DOMAINS, LoadedModel, elem_name, to_numpy
 from plait.onnx.ops import TABLE, load_all
 
@@ -35,7 +36,7 @@ class SeqValue:
 
 
 # NumPy dtype -> the plait dtype that computes it. Narrower integers widen; float64 is computed in float32.
-_COMPUTE = {
+_COMPUTE: dict[np.dtype, DType] = {
     np.dtype(np.float32): dtypes.float32,
     np.dtype(np.float64): dtypes.float32,
     np.dtype(np.float16): dtypes.float16,
@@ -48,6 +49,7 @@ _COMPUTE = {
     np.dtype(np.uint32): dtypes.int64,
     np.dtype(np.uint64): dtypes.int64,
     np.dtype(np.bool_): dtypes.bool_,
+    **STORAGE,  # bfloat16, float8, float4, int4/int2: stored in float32 / int32 (plait/onnx/formats.py)
 }
 
 
@@ -124,6 +126,14 @@ class Ctx:
             return v
         return self.imp.upload(v, self.label)
 
+    def elem_type(self, i: int, v: Value) -> int:
+        """The ONNX element type (TensorProto.FLOAT...) of input `i`, whose value is `v`. Types plait stores in a
+        wider dtype (float8, int4...) are known from the model's declarations and shape inference, not from `v`."""
+        name = self.node.input[i] if i < len(self.node.input) else ""
+        if name in self.imp.elem_types:
+            return self.imp.elem_types[name]
+        return elem_of(v.dtype.np if isinstance(v, Tensor) else v.dtype)
+
     def ints(self, v: Value | None, what: str) -> list[int]:
         return [int(x) for x in self.host(v, what).reshape(-1)]
 
@@ -145,6 +155,7 @@ class Importer:
             t.name: to_numpy(t, self.base_dir, f"initializer {t.name!r}") for t in self.graph.initializer
         }
         self._uploads: dict[int, tuple[np.ndarray, Tensor]] = {}
+        self.elem_types = value_types(self.model)
         self.input_names: dict[int, str] = {}
         load_all()
         self._check_ops()

@@ -12,12 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import onnx
 
 import plait.nn.functional as F
 from plait import dtypes
 from plait.frontends.native.tensor import Tensor, where
+from plait.onnx import formats
 from plait.onnx.importer import Ctx, compute_dtype
-from plait.onnx.loader import elem_np
+from plait.onnx.loader import elem_name, elem_np
 from plait.onnx.ops import register
 
 T = Tensor
@@ -282,37 +284,32 @@ def _scalar_or_tensor(ctx: Ctx, v: Any, like: Tensor) -> Any:
 register("Clip", _clip)
 
 
-def _cast_target(ctx: Ctx, to: int) -> Any:
+def _cast_to(ctx: Ctx, x: Any, to: int) -> Any:
+    """Cast `x` to ONNX element type `to`. Narrow types (bfloat16, float8, float4, int4...) are rounded on the device
+    by plait/onnx/formats.py, even for host inputs, so the fold and the device give the same values."""
     npd = elem_np(to)
-    if npd is None or npd.kind not in "biuf":
-        raise ctx.unsupported(f"cast to element type {to} is not supported")
-    return npd
+    if npd is None or to == onnx.TensorProto.STRING:
+        raise ctx.unsupported(f"cast to element type {elem_name(to)} is not supported (plait has no string tensors)")
+    mode = str(ctx.attr("round_mode", "up"))
+    if mode not in formats.ROUND_MODES:
+        raise ctx.error(f"round_mode {mode!r} is not one of {formats.ROUND_MODES}")
+    if isinstance(x, np.ndarray) and not formats.is_storage(to):
+        return x.astype(npd)
+    return formats.cast(ctx.t(x), to, compute_dtype(npd, ctx.label), bool(ctx.attr("saturate", 1)), mode)
 
 
-def _cast(ctx: Ctx, ins: list[Any]) -> Tensor:
-    npd = _cast_target(ctx, int(ctx.attr("to")))
-    x = ctx.t(ins[0])
-    dt = compute_dtype(npd, ctx.label)
-    if x.dtype.is_float and not dt.is_float and dt != dtypes.bool_:
-        x = where(x != x, 0.0, x)  # NaN has no integer value; pick 0 rather than undefined behaviour
-    return x.astype(dt)
+def _cast(ctx: Ctx, ins: list[Any]) -> Any:
+    return _cast_to(ctx, ins[0], int(ctx.attr("to")))
 
 
-def _fold_cast(ctx: Ctx, ins: list[Any]) -> np.ndarray:
-    npd = _cast_target(ctx, int(ctx.attr("to")))
-    return np.asarray(ins[0]).astype(npd)
+register("Cast", _cast, _cast)
 
 
-register("Cast", _cast, _fold_cast)
+def _castlike(ctx: Ctx, ins: list[Any]) -> Any:
+    return _cast_to(ctx, ins[0], ctx.elem_type(1, ins[1]))
 
 
-def _castlike(ctx: Ctx, ins: list[Any]) -> Tensor:
-    target = ins[1]
-    dt = target.dtype if isinstance(target, Tensor) else compute_dtype(target.dtype, ctx.label)
-    return ctx.t(ins[0]).astype(dt)
-
-
-register("CastLike", _castlike, lambda ctx, ins: ins[0].astype(ins[1].dtype))
+register("CastLike", _castlike, _castlike)
 
 
 def _where(ctx: Ctx, ins: list[Any]) -> Tensor:

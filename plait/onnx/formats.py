@@ -1,0 +1,190 @@
+"""ONNX element types that plait stores in a wider dtype, and the conversions between element types (Cast).
+
+plait computes in float32, float16, int32, int64 and bool. bfloat16, the float8 family (e4m3fn, e4m3fnuz, e5m2,
+e5m2fnuz, e8m0), float4e2m1 and int4/uint4/int2/uint2 are storage formats: their values live in float32 or int32
+on the device. Where an op produces one of them (Cast, CastLike, QuantizeLinear), `cast` rounds on the device with
+plait elementwise ops to exactly the values the format holds (round to nearest even on the format's grid, subnormals
+included; saturation and NaN/inf rules per format; integers wrap as two's complement), so the host conversion at the
+model boundary (onnx's ml_dtypes arrays, which numpy_helper packs and unpacks) is exact.
+
+>>> import numpy as np, plait
+>>> x = plait.tensor(np.array([0.47892547, 1000.0, -1e-7], np.float32))
+>>> cast(x, onnx.TensorProto.FLOAT8E4M3FN, plait.float32).numpy().tolist()
+[0.46875, 448.0, -0.0]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+
+from plait import dtypes
+from plait.dtypes import DType
+from plait.frontends.native.tensor import Tensor, where
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A narrow float: `mbits` stored mantissa bits, normal exponents `emin`..`emax`, largest finite `max`.
+    `overflow` is what a value beyond `max` becomes without saturation ('inf' or 'nan'); `saturates` says
+    whether the `saturate` attribute applies (float8) or overflow always clamps (float4, which has no inf/NaN);
+    `neg_zero`: the format has a negative zero (the 'fnuz' variants do not)."""
+
+    mbits: int
+    emin: int
+    emax: int
+    max: float
+    overflow: str
+    saturates: bool = True
+    neg_zero: bool = True
+    has_nan: bool = True
+
+
+FLOATS: dict[int, FloatFormat] = {
+    TP.BFLOAT16: FloatFormat(7, -126, 127, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), "inf", saturates=False),
+    TP.FLOAT8E4M3FN: FloatFormat(3, -6, 8, 448.0, "nan"),
+    TP.FLOAT8E4M3FNUZ: FloatFormat(3, -7, 7, 240.0, "nan", neg_zero=False),
+    TP.FLOAT8E5M2: FloatFormat(2, -14, 15, 57344.0, "inf"),
+    TP.FLOAT8E5M2FNUZ: FloatFormat(2, -15, 15, 57344.0, "nan", neg_zero=False),
+    TP.FLOAT4E2M1: FloatFormat(1, 0, 2, 6.0, "max", neg_zero=True, has_nan=False),
+}
+
+# integer storage formats: (bits, signed). int8/16 and uint8/16 wrap the same way inside a graph.
+INTS: dict[int, tuple[int, bool]] = {
+    TP.INT2: (2, True),
+    TP.UINT2: (2, False),
+    TP.INT4: (4, True),
+    TP.UINT4: (4, False),
+    TP.INT8: (8, True),
+    TP.UINT8: (8, False),
+    TP.INT16: (16, True),
+    TP.UINT16: (16, False),
+}
+
+# the ml_dtypes arrays onnx uses for these types -> the plait dtype that holds their values
+STORAGE: dict[np.dtype, DType] = {
+    np.dtype(t): dtypes.float32
+    for t in (
+        ml_dtypes.bfloat16,
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e4m3fnuz,
+        ml_dtypes.float8_e5m2,
+        ml_dtypes.float8_e5m2fnuz,
+        ml_dtypes.float8_e8m0fnu,
+        ml_dtypes.float4_e2m1fn,
+    )
+} | {np.dtype(t): dtypes.int32 for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
+
+ROUND_MODES = ("up", "down", "nearest")
+
+
+def elem_of(npd: Any) -> int:
+    """The ONNX element type of NumPy (or ml_dtypes) dtype `npd`."""
+    return int(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(npd)))
+
+
+def is_storage(elem_type: int) -> bool:
+    """True for the element types that `cast` must round or wrap (they have no plait dtype of their own)."""
+    return elem_type in FLOATS or elem_type in INTS or elem_type == TP.FLOAT8E8M0
+
+
+def _pow2_floor(a: Tensor, lo: int, hi: int) -> Tensor:
+    """2**floor(log2(a)) clamped to [2**lo, 2**hi], for a >= 0. A binary search of selects: each step multiplies by
+    a power of two, which is exact, so no log/pow rounding can put a value in the wrong binade."""
+    p = Tensor.full(a.shape, 2.0**lo, dtypes.float32, a.device)
+    k = 1 << (hi - lo).bit_length()
+    while k > 1:
+        k //= 2
+        cand = p
+        for _ in range(max(1, k // 64)):  # 2**128 is not a float32: take big steps 2**64 at a time
+            cand = cand * 2.0 ** min(k, 64)
+        p = where(a >= cand, cand, p)
+    return p.minimum(2.0**hi)
+
+
+def _rne(y: Tensor) -> Tensor:
+    """Round half to even (exact for |y| < 2**23, which covers every grid position below a format's overflow)."""
+    f = (y + 0.5).floor()
+    odd_tie = ((f - y) == 0.5) & ((f * 0.5).floor() * 2.0 != f)
+    return where(odd_tie, f - 1.0, f)
+
+
+def round_float(x: Tensor, fmt: FloatFormat, saturate: bool) -> Tensor:
+    """float32 `x` rounded to the nearest value of `fmt` (ties to even), as float32."""
+    a = x.abs()
+    q = _pow2_floor(a, fmt.emin, fmt.emax) * 2.0**-fmt.mbits  # the grid step at a's binade (fixed in subnormals)
+    r = _rne(a / q) * q
+    over = r > fmt.max
+    if fmt.overflow == "max" or (saturate and fmt.saturates):
+        r = where(over, fmt.max, r)
+    else:
+        r = where(over, math.inf if fmt.overflow == "inf" else math.nan, r)
+    if fmt.neg_zero:
+        neg = (x < 0) | (x.reciprocal() < 0)  # 1/-0 is -inf: keeps the sign of a negative zero
+    else:
+        neg = (x < 0) & (r != 0)
+    r = where(neg, -r, r)
+    return where(x != x, math.nan if fmt.has_nan else 0.0, r)
+
+
+def round_e8m0(x: Tensor, saturate: bool, mode: str) -> Tensor:
+    """float32 `x` as float8e8m0 (a power of two 2**-127..2**127, or NaN): the exponent of |x|, rounded per `mode`
+    as onnx does it on the bit pattern ('up': any fraction bumps it; 'nearest': from half-way; 'down': never)."""
+    a = x.abs()
+    p = _pow2_floor(a, -126, 127)
+    tiny = 2.0**-127  # float32 subnormals and zero have a zero exponent field: 2**-127, or 2**-126 when rounded up
+    if mode == "down":
+        r, sub = p, Tensor.full(a.shape, tiny, dtypes.float32, a.device)
+    else:
+        bump = a > p if mode == "up" else a >= p * 1.5
+        top = 2.0**127
+        r = where(bump, where(p == top, top if saturate else math.nan, p * 2.0), p)
+        sub = where(a > (0.0 if mode == "up" else tiny), 2.0**-126, tiny)
+    r = where(a < 2.0**-126, sub, r)
+    return where((a != a) | (a == math.inf), math.nan, r)
+
+
+def wrap_int(x: Tensor, bits: int, signed: bool) -> Tensor:
+    """Integer `x` reduced to `bits` bits as two's complement (what a C cast to the narrow type does)."""
+    m = x & ((1 << bits) - 1)
+    if not signed:
+        return m
+    half = 1 << (bits - 1)
+    return where(m >= half, m - (1 << bits), m)
+
+
+def cast(x: Tensor, to: int, dt: DType, saturate: bool = True, round_mode: str = "up") -> Tensor:
+    """ONNX Cast of device tensor `x` to element type `to`, stored in plait dtype `dt`, computed on x's device: the
+    result holds exactly the values of `to`."""
+    if to in FLOATS:
+        return round_float(x.astype(dtypes.float32), FLOATS[to], saturate)
+    if to == TP.FLOAT8E8M0:
+        return round_e8m0(x.astype(dtypes.float32), saturate, round_mode)
+    if dt.is_float or dt == dtypes.bool_:
+        return x.astype(dt)
+    if x.dtype.is_float:
+        x = where(x != x, 0.0, x)  # NaN has no integer value; pick 0 rather than undefined behaviour
+    y = x.astype(dt)
+    return wrap_int(y, *INTS[to]) if to in INTS else y
+
+
+def value_types(model: onnx.ModelProto) -> dict[str, int]:
+    """The ONNX element type of each named value in `model`'s main graph (declared, or from shape inference),
+    so that an op can ask for the type of an input that plait stores in a wider dtype (CastLike's target)."""
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # inference is advisory: keep what the model declares
+        graph = model.graph
+    out: dict[str, int] = {}
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+            out[v.name] = int(v.type.tensor_type.elem_type)
+    for t in graph.initializer:
+        out[t.name] = int(t.data_type)
+    return out
