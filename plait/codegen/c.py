@@ -20,6 +20,7 @@ class CRenderer(CStyleRenderer):
     fn_names = {f: f + "f" for f in _MATH}
     preamble = "#include <math.h>\n"
     parallel_threshold = 1 << 15  # below this much work, a parallel region costs more than it saves
+    implicit_conv = True  # the C GEMM gathers convolution patches while packing (no im2col buffer)
 
     def round_half(self, v: str) -> str:
         return f"(float)(_Float16)({v})"

@@ -11,9 +11,11 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from plait.codegen import gemm_c
 from plait.codegen.cstyle import RenderedKernel
 from plait.codegen.expr import ExprBuilder, Idx
 from plait.graph.node import Node
+from plait.graph.ops.conv import Window
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class GemmSpec:
     inner: int = 1  # batch index bz splits as (bz // inner, bz % inner): two batch dims (e.g. image, group)
     a_inner: int = 0  # A's stride along the inner batch dim
     b_inner: int = 0
+    conv: Window | None = None  # B is the patch columns of this window over an NCHW image (implicit GEMM)
 
     @property
     def flops(self) -> int:
@@ -54,7 +57,6 @@ def _epi(r: Any, epi: Epilogue | None, value: str, index: str, indent: str) -> t
     return "".join(f"{indent}{ln}\n" for ln in b.lines), v, params
 
 
-C_DEFAULT = {"MR": 6, "NR": 64, "KC": 256, "VW": 16}
 CL_DEFAULT = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 4, "WPTN": 4}
 
 
@@ -64,124 +66,48 @@ def _finish(kind: str, spec: GemmSpec, src: str, gs: tuple[int, ...], ls: tuple[
     return RenderedKernel(name, src.replace("KERNEL_NAME", name), gs, ls)
 
 
-def _c_library(mr: int, nr: int, kc: int, vw: int) -> str:
-    """The shape-generic GEMM for one knob set: shared by every GEMM kernel of a translation unit (sizes and
-    strides are arguments), so a plan with many GEMMs compiles this code once."""
-    nv = nr // vw
-    t = f"{mr}x{nr}x{kc}"
-    return f"""//@shared-begin gemm_{t}
-#include <stdlib.h>
-#include <string.h>
-typedef float plait_vf{vw} __attribute__((vector_size({vw * 4})));
+def _gemv_library() -> str:
+    """The few-rows GEMV, shared by every GEMV kernel of a translation unit (sizes and strides are arguments)."""
+    return """//@shared-begin plait_gemv
 typedef void (*plait_epi_fn)(float* c, long bz, int i0, int j0, int mr, int nr, void* const* extra);
-
-static void plait_micro_{t}(int kc, const float* restrict ap, const float* restrict bp, float* restrict c, long rs,
-                            long cs, int mr, int nr, int first) {{
-  plait_vf{vw} acc[{mr}][{nv}];
-  for (int i = 0; i < {mr}; i++) for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_vf{vw}){{0}};
-  for (int p = 0; p < kc; p++) {{
-    plait_vf{vw} b[{nv}];
-    for (int v = 0; v < {nv}; v++) b[v] = *(const plait_vf{vw}*)(bp + p * {nr} + v * {vw});
-#pragma GCC unroll {mr}
-    for (int i = 0; i < {mr}; i++) {{
-      float a = ap[p * {mr} + i];
-      for (int v = 0; v < {nv}; v++) acc[i][v] += b[v] * a;
-    }}
-  }}
-  if (mr == {mr} && nr == {nr} && cs == 1) {{
-    for (int i = 0; i < {mr}; i++) for (int v = 0; v < {nv}; v++) {{
-      plait_vf{vw} old;
-      if (first) old = (plait_vf{vw}){{0}}; else memcpy(&old, c + i * rs + v * {vw}, sizeof(old));
-      old += acc[i][v];
-      memcpy(c + i * rs + v * {vw}, &old, sizeof(old));
-    }}
-  }} else {{
-    for (int i = 0; i < mr; i++) for (int j = 0; j < nr; j++) {{
-      float x = acc[i][j / {vw}][j % {vw}];
-      c[i * rs + j * cs] = first ? x : c[i * rs + j * cs] + x;
-    }}
-  }}
-}}
-
-/* C[bz] = A[bz] @ B[bz] for bz < batch, element (i, j) stored at i*rs + j*cs (trans: the caller swapped A and B
-   to compute C^T, which suits a narrow C); epi(tile) runs once a tile is final, while it is still in cache. */
-static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
-                            long sak, const float* B, long sbb, long sbi, long sbk, long sbn, float* C, int trans,
-                            plait_epi_fn epi, void* const* extra) {{
-  int mp = (m + {mr} - 1) / {mr} * {mr}, np_ = (n + {nr} - 1) / {nr} * {nr};
-  long rs = trans ? 1 : n, cs = trans ? m : 1;
-  float* bp = aligned_alloc(64, sizeof(float) * {kc} * np_);
-  float* ap = aligned_alloc(64, sizeof(float) * {kc} * mp);
-#pragma omp parallel
-  for (long bz = 0; bz < batch; bz++) {{
-    const float* a = A + bz / inner * sab + bz % inner * sai;
-    const float* b = B + bz / inner * sbb + bz % inner * sbi;
-    float* c = C + bz * (long)m * n;
-    for (int pc = 0; pc < k; pc += {kc}) {{
-      int kc = k - pc < {kc} ? k - pc : {kc};
-#pragma omp for schedule(static) nowait
-      for (int j0 = 0; j0 < np_; j0 += {nr})
-        for (int p = 0; p < kc; p++)
-          for (int j = 0; j < {nr}; j++)
-            bp[(long)j0 * kc + p * {nr} + j] = j0 + j < n ? b[(long)(pc + p) * sbk + (long)(j0 + j) * sbn] : 0.0f;
-#pragma omp for schedule(static)
-      for (int i0 = 0; i0 < mp; i0 += {mr})
-        for (int p = 0; p < kc; p++)
-          for (int i = 0; i < {mr}; i++)
-            ap[(long)i0 * kc + p * {mr} + i] = i0 + i < m ? a[(long)(i0 + i) * sam + (long)(pc + p) * sak] : 0.0f;
-#pragma omp for collapse(2) schedule(static)
-      for (int j0 = 0; j0 < np_; j0 += {nr})
-        for (int i0 = 0; i0 < mp; i0 += {mr}) {{
-          int mr = m - i0 < {mr} ? m - i0 : {mr};
-          int nr = n - j0 < {nr} ? n - j0 : {nr};
-          plait_micro_{t}(kc, ap + (long)i0 * kc, bp + (long)j0 * kc, c + i0 * rs + j0 * cs, rs, cs, mr, nr, pc == 0);
-          if (epi && pc + kc >= k) {{
-            if (trans) epi(c, bz, j0, i0, nr, mr, extra); else epi(c, bz, i0, j0, mr, nr, extra);
-          }}
-        }}
-    }}
-  }}
-  free(ap);
-  free(bp);
-}}
 
 /* Few rows (a batch-1 linear layer, a depthwise convolution): stream B once with no packing. One parallel loop
    over (batch, column blocks), so many small batches (one per channel group) cost one parallel region. */
 static void plait_sgemv_small(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai,
                               long sam, long sak, const float* B, long sbb, long sbi, long sbk, long sbn, float* C,
-                              plait_epi_fn epi, void* const* extra) {{
+                              plait_epi_fn epi, void* const* extra) {
   long blocks = (n + 63) / 64;
 #pragma omp parallel for schedule(static)
-  for (long t = 0; t < batch * blocks; t++) {{
+  for (long t = 0; t < batch * blocks; t++) {
     long bz = t / blocks;
     int j0 = (int)(t % blocks) * 64, j1 = j0 + 64 < n ? j0 + 64 : n;
     const float* a = A + bz / inner * sab + bz % inner * sai;
     const float* b = B + bz / inner * sbb + bz % inner * sbi;
     float* c = C + bz * (long)m * n;
-    for (int i = 0; i < m; i++) {{
-      if (sbk == 1) {{
-        for (int j = j0; j < j1; j++) {{
+    for (int i = 0; i < m; i++) {
+      if (sbk == 1) {
+        for (int j = j0; j < j1; j++) {
           const float* bj = b + (long)j * sbn;
           const float* ai = a + (long)i * sam;
           float acc = 0.0f;
 #pragma omp simd reduction(+:acc)
           for (int p = 0; p < k; p++) acc += ai[(long)p * sak] * bj[p];
           c[(long)i * n + j] = acc;
-        }}
-      }} else {{
-        float acc[64] = {{0}};
-        for (int p = 0; p < k; p++) {{
+        }
+      } else {
+        float acc[64] = {0};
+        for (int p = 0; p < k; p++) {
           float av = a[(long)i * sam + (long)p * sak];
           const float* bp = b + (long)p * sbk;
 #pragma omp simd
           for (int j = j0; j < j1; j++) acc[j - j0] += av * bp[(long)j * sbn];
-        }}
+        }
         for (int j = j0; j < j1; j++) c[(long)i * n + j] = acc[j - j0];
-      }}
-    }}
+      }
+    }
     if (epi) epi(c, bz, 0, j0, m, j1 - j0, extra);
-  }}
-}}
+  }
+}
 //@shared-end
 """
 
@@ -189,16 +115,22 @@ static void plait_sgemv_small(long batch, long inner, int m, int n, int k, const
 def render_c(
     spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None
 ) -> RenderedKernel:
-    kn = {**C_DEFAULT, **(knobs or {})}
-    mr, nr, kc, vw = kn["MR"], kn["NR"], kn["KC"], kn["VW"]
+    """A C kernel for `spec`: a call into the shared GEMM library (or the GEMV for a few rows) plus its epilogue.
+    Knobs MR and NR (a multiple of 16) fix the register tile; without them the tile that pads least is used."""
+    kn = knobs or {}
     ao, sab, sam, sak = spec.a
     bo, sbb, sbk, sbn = spec.b
     m, n, k = spec.m, spec.n, spec.k
-    small = m <= kn.get("SMALL_M", 4)
-    # a narrow product (few columns, many rows: late conv layers at batch 1) computes C^T = B^T A^T instead, so
-    # the wide side fills the vector micro-tile
-    trans = not small and n < nr and m > n
-    fn = "plait_sgemv_small" if small else f"plait_sgemm_{mr}x{nr}x{kc}"
+    small = m <= kn.get("SMALL_M", 4) and spec.conv is None
+    # a matrix-vector product (n == 1) is a GEMV of the transposed problem; C and C^T are the same vector
+    vec = not small and n == 1 and spec.conv is None
+    # a narrow product (few columns, many rows: linear layers, late layers at batch 1) computes C^T = B^T A^T
+    # instead, so the wide side fills the vector micro-tile
+    trans = not small and not vec and spec.conv is None and n < gemm_c.VW and m > n
+    if "MR" in kn and "NR" in kn:
+        mr, nv = kn["MR"], max(1, kn["NR"] // gemm_c.VW)
+    else:
+        mr, nv = gemm_c.pick_tile(n, m) if trans else gemm_c.pick_tile(m, n)
     stmts, res, params = _epi(r, epi, "v", f"bz * {m * n}L + (long)(i0 + i) * {n} + j0 + j", "    ")
     epi_fn, extra, epilogue, holder = "0", "0", "", ""
     if epi is not None:
@@ -216,20 +148,28 @@ def render_c(
         holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(epi.extra))) or '0'}}};\n"
     a_args = f"A + {ao}, {sab}, {spec.a_inner}, {sam}, {sak}"
     b_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}, {sbn}"
-    if small:
-        call = f"{fn}({spec.batch}, {spec.inner}, {m}, {n}, {k}, {a_args}, {b_args}, C, {epi_fn}, {extra});"
-    elif trans:
-        bt_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbn}, {sbk}"
-        at_args = f"A + {ao}, {sab}, {spec.a_inner}, {sak}, {sam}"
-        call = f"{fn}({spec.batch}, {spec.inner}, {n}, {m}, {k}, {bt_args}, {at_args}, C, 1, {epi_fn}, {extra});"
+    if small or vec:
+        lib = _gemv_library()
+        if vec:
+            a_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbn}, {sbk}"
+            b_args = f"A + {ao}, {sab}, {spec.a_inner}, {sak}, {sam}"
+            m, n = n, m
+        call = f"  plait_sgemv_small({spec.batch}, {spec.inner}, {m}, {n}, {k}, {a_args}, {b_args}, C, {epi_fn}, {extra});\n"
     else:
-        call = f"{fn}({spec.batch}, {spec.inner}, {m}, {n}, {k}, {a_args}, {b_args}, C, 0, {epi_fn}, {extra});"
-    src = f"""{_c_library(mr, nr, kc, vw)}/* KERNEL_NAME */
+        lib = gemm_c.library(mr, nv)
+        fn = f"plait_sgemm_{mr}x{nv}"
+        if trans:
+            swapped = GemmSpec(spec.batch, n, m, k, spec.b, spec.a, spec.inner, spec.b_inner, spec.a_inner)
+            bt_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbn}, {sbk}"
+            at_args = f"A + {ao}, {sab}, {spec.a_inner}, {sak}, {sam}"
+            call = gemm_c.call(fn, swapped, bt_args, at_args, True, epi_fn, extra)
+        else:
+            call = gemm_c.call(fn, spec, a_args, b_args, False, epi_fn, extra)
+    src = f"""{lib}/* KERNEL_NAME */
 {epilogue}void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
-{holder}  {call}
-}}
+{holder}{call}}}
 """
-    return _finish("GEMV" if small else "GEMM", spec, src, (1,), None)
+    return _finish("GEMV" if small or vec else "CONV" if spec.conv is not None else "GEMM", spec, src, (1,), None)
 
 
 def _cl_operands(spec: GemmSpec) -> str:

@@ -93,6 +93,7 @@ class Plan:
         self.items = schedule(
             outputs,
             self.device.renderer.__dict__.get("split_parts", 256 if self.device.renderer.dialect == "opencl" else 16),
+            implicit_conv=getattr(self.device.renderer, "implicit_conv", False),
         )
         self.kernels: list[RenderedKernel] = []
         self.launches: list[Any] = []

@@ -12,6 +12,7 @@ from plait.codegen.expr import strides_of
 from plait.codegen.gemm import GemmSpec
 from plait.graph.node import Node, toposort
 from plait.graph.ops import OPS, kind
+from plait.graph.ops.conv import Window
 from plait.graph.ops.reduce import reduce
 
 MAX_INLINE_COST = 160  # beyond this a shared subexpression is cheaper to store than to recompute
@@ -122,7 +123,35 @@ def _gemm_plan(n: Node, realize: set[int]) -> tuple[Node, Node, GemmSpec]:
         return a, b, spec
 
 
-def schedule(outputs: list[Node], split_parts: int) -> list[Item]:
+def _implicit_conv(
+    n: Node, plan: tuple[Node, Node, GemmSpec], realize: set[int], users: dict[int, int]
+) -> tuple[Node, Node, GemmSpec]:
+    """Let the GEMM `n` gather its B operand from the image when B is the sole use of an im2col's patch columns
+    (inference: in training the weight gradient reads the same columns, so they stay a buffer)."""
+    a, b, spec = plan
+    if b.op != "im2col" or spec.m <= 4 or users.get(b.uid) != 1:
+        return plan
+    node = n.srcs[1]
+    while node is not b:
+        if users.get(node.uid) != 1 or kind(node) != "movement":
+            return plan
+        node = node.srcs[0]
+    win: Window = b.arg
+    plane, per_row = win.oh * win.ow, win.kh * win.kw * win.oh * win.ow
+    bo, sbb, sbk, sbn = spec.b
+    strides = (sbb, spec.b_inner)
+    if bo or sbn != 1 or sbk != plane or spec.k % (win.kh * win.kw) or any(s % per_row for s in strides):
+        return plan
+    sbb, sbi = (s // per_row * win.h * win.w for s in strides)
+    realize.discard(b.uid)
+    image = b.srcs[0]
+    conv = GemmSpec(spec.batch, spec.m, spec.n, spec.k, spec.a, (0, sbb, 0, 0), spec.inner, spec.a_inner, sbi, win)
+    return a, image, conv
+
+
+def schedule(outputs: list[Node], split_parts: int, implicit_conv: bool = False) -> list[Item]:
+    """Kernel items for `outputs`. With `implicit_conv` (devices whose GEMM can gather patches itself), a GEMM
+    that is the only reader of an im2col reads the image directly and the patch buffer is never made."""
     order = toposort(outputs)
     if _split_reductions(order, split_parts):
         order = toposort(outputs)
@@ -149,6 +178,8 @@ def schedule(outputs: list[Node], split_parts: int) -> list[Item]:
     for n in order:
         if n.op == "matmul":
             gemm_ops[n.uid] = _gemm_plan(n, realize)
+            if implicit_conv:
+                gemm_ops[n.uid] = _implicit_conv(n, gemm_ops[n.uid], realize, users)
     items: list[Item] = []
     for n in order:
         if n.uid not in realize:

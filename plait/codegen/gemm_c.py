@@ -1,0 +1,275 @@
+"""The C GEMM: a shape-generic library (register-blocked vector micro-kernels, per-thread packing, one parallel
+loop of independent tasks) and the per-kernel wrapper that calls it with a GEMM's sizes, strides and epilogue.
+
+The B operand is either a strided matrix or, for a convolution, the patch columns of an NCHW image that are
+gathered straight into the packed panels (implicit GEMM: no im2col buffer). A is read in place when its rows are
+contiguous (convolution and linear weights), so weights are streamed once instead of copied every call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VW = 16  # floats per vector register (AVX-512; gcc splits the vector type on narrower hardware)
+# (MR, vectors per row) shapes of the register tile, every one about 24 accumulators
+TILES = ((24, 1), (12, 2), (8, 3), (6, 4))
+KC_MAX = 256
+
+
+def pick_tile(m: int, n: int) -> tuple[int, int]:
+    """The register tile that wastes the least padded work on an m x n product (wider tiles win ties: they load
+    fewer broadcasts per multiply-add)."""
+
+    def cost(t: tuple[int, int]) -> tuple[float, int]:
+        mr, nv = t
+        nr = nv * VW
+        padded = (-(-m // mr) * mr) * (-(-n // nr) * nr)
+        return (padded / (m * n) * (1.0 + 0.04 * (t == (24, 1))), -nv)
+
+    return min(TILES, key=cost)
+
+
+_COMMON = """//@shared-begin plait_gemm_common
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+typedef float plait_v16 __attribute__((vector_size(64), aligned(4)));
+typedef void (*plait_epi_fn)(float* c, long bz, int i0, int j0, int mr, int nr, void* const* extra);
+/* The patch geometry of an implicit-GEMM B operand: row k = (channel, ky, kx), column j = (oy, ox). */
+typedef struct { int h, w, kh, kw, sh, sw, ph, pw, dh, dw, ow; } plait_win;
+
+/* A per-thread buffer that only grows: packing needs no allocation (and no page faults) per call. */
+static float* plait_scratch(size_t n) {
+  static __thread float* buf;
+  static __thread size_t cap;
+  if (n > cap) {
+    free(buf);
+    buf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    cap = n;
+  }
+  return buf;
+}
+
+/* The calling thread's buffer for operands that all threads of one call share (kept apart from plait_scratch,
+   which the same thread uses inside the parallel region). */
+static float* plait_shared_scratch(size_t n) {
+  static __thread float* buf;
+  static __thread size_t cap;
+  if (n > cap) {
+    free(buf);
+    buf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    cap = n;
+  }
+  return buf;
+}
+
+/* Rows [pc, pc+kc) and columns [j0, j1) of a strided B into panels of nr columns (bp[panel][p][j]), zero past n. */
+static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int j0, int j1, int n, int nr,
+                         float* bp) {
+  for (int q = j0; q < j1; q += nr) {
+    float* dst = bp + (long)(q - j0) * kc;
+    int w = n - q < nr ? (n - q > 0 ? n - q : 0) : nr;
+    for (int p = 0; p < kc; p++) {
+      const float* src = b + (long)(pc + p) * sbk + (long)q * sbn;
+      float* d = dst + (long)p * nr;
+      if (sbn == 1) memcpy(d, src, sizeof(float) * w);
+      else for (int j = 0; j < w; j++) d[j] = src[(long)j * sbn];
+      for (int j = w; j < nr; j++) d[j] = 0.0f;
+    }
+  }
+}
+
+/* The same panels gathered from an image (channels x h x w): column j reads output position (j / ow, j % ow).
+   Each output row inside a panel is one strided run of an input row, split into zero padding and a copy. */
+static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, int j0, int j1, int n, int nr,
+                           float* bp) {
+  int kk = g->kh * g->kw, hw = g->h * g->w;
+  int ci = pc / kk, ky = pc % kk / g->kw, kx = pc % g->kw;
+  for (int p = 0; p < kc; p++) {
+    const float* xc = x + (long)ci * hw;
+    int dy = ky * g->dh - g->ph, dx = kx * g->dw - g->pw;
+    for (int j = j0; j < j1;) {
+      int pj = (j - j0) % nr;
+      float* d = bp + (long)(j - j0 - pj) * kc + (long)p * nr + pj;
+      int run = nr - pj;
+      if (j >= n) {
+        memset(d, 0, sizeof(float) * run);
+        j += run;
+        continue;
+      }
+      int oy = j / g->ow, ox = j % g->ow;
+      if (g->ow - ox < run) run = g->ow - ox;
+      if (n - j < run) run = n - j;
+      int iy = oy * g->sh + dy;
+      if (iy < 0 || iy >= g->h) {
+        memset(d, 0, sizeof(float) * run);
+      } else {
+        const float* xr = xc + (long)iy * g->w;
+        int ix0 = ox * g->sw + dx, s = g->sw;
+        int lo = ix0 >= 0 ? 0 : (-ix0 + s - 1) / s;
+        int hi = ix0 >= g->w ? 0 : (g->w - 1 - ix0) / s + 1;
+        if (lo > run) lo = run;
+        if (hi > run) hi = run;
+        if (hi < lo) hi = lo;
+        for (int t = 0; t < lo; t++) d[t] = 0.0f;
+        if (s == 1) memcpy(d + lo, xr + ix0 + lo, sizeof(float) * (hi - lo));
+        else for (int t = lo; t < hi; t++) d[t] = xr[ix0 + t * s];
+        for (int t = hi; t < run; t++) d[t] = 0.0f;
+      }
+      j += run;
+    }
+    if (++kx == g->kw) {
+      kx = 0;
+      if (++ky == g->kh) { ky = 0; ci++; }
+    }
+  }
+}
+//@shared-end
+"""
+
+
+def _micro(mr: int, nv: int) -> str:
+    """C[mr x nr] (+)= A[mr x kc] @ Bpanel[kc x nr] with the accumulators in registers; partial tiles (rows or
+    columns past the matrix) are computed in full and stored element by element."""
+    nr = nv * VW
+    t = f"{mr}x{nv}"
+    return f"""static void plait_micro_{t}(int kc, const float* restrict a, long lda, const float* restrict bp,
+                               float* restrict c, long rs, long cs, int mr, int nr, int add) {{
+  plait_v16 acc[{mr}][{nv}];
+#pragma GCC unroll {mr}
+  for (int i = 0; i < {mr}; i++)
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_v16){{0}};
+  for (int p = 0; p < kc; p++) {{
+    plait_v16 b[{nv}];
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) b[v] = *(const plait_v16*)(bp + p * {nr} + v * {VW});
+#pragma GCC unroll {mr}
+    for (int i = 0; i < {mr}; i++) {{
+      float ai = a[i * lda + p];
+#pragma GCC unroll {nv}
+      for (int v = 0; v < {nv}; v++) acc[i][v] += b[v] * ai;
+    }}
+  }}
+  if (mr == {mr} && nr == {nr} && cs == 1) {{
+#pragma GCC unroll {mr}
+    for (int i = 0; i < {mr}; i++)
+#pragma GCC unroll {nv}
+      for (int v = 0; v < {nv}; v++) {{
+        plait_v16* dst = (plait_v16*)(c + i * rs + v * {VW});
+        *dst = add ? *dst + acc[i][v] : acc[i][v];
+      }}
+  }} else {{
+    for (int i = 0; i < mr; i++)
+      for (int j = 0; j < nr; j++) {{
+        float x = acc[i][j / {VW}][j % {VW}];
+        c[i * rs + j * cs] = add ? c[i * rs + j * cs] + x : x;
+      }}
+  }}
+}}
+"""
+
+
+def _driver(mr: int, nv: int) -> str:
+    """The GEMM loop for one register tile: independent (batch, row block, column block) tasks under one dynamic
+    parallel loop, each packing its own B panels, so no thread ever waits for another inside a call."""
+    nr = nv * VW
+    t = f"{mr}x{nv}"
+    return f"""/* C[bz] = A[bz] @ B[bz] for bz < batch (bz = outer * inner + inner index), element (i, j) at i*rs + j*cs
+   (trans: the caller swapped A and B to compute C^T, which suits a narrow C); B is the patch columns of image
+   bz when win is set. epi(tile) runs on each finished tile while it is still in cache. */
+static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
+                            long sak, const float* B, long sbb, long sbi, long sbk, long sbn, const plait_win* win,
+                            float* C, int trans, plait_epi_fn epi, void* const* extra) {{
+  long rs = trans ? 1 : n, cs = trans ? m : 1;
+  int panels = (n + {nr - 1}) / {nr}, blocks = (m + {mr - 1}) / {mr};
+  int cpan = panels < 8 ? panels : 8, ctasks = (panels + cpan - 1) / cpan;
+  long want = 4L * omp_get_max_threads(), per = batch * ctasks;
+  int rtasks = per >= want ? 1 : (int)((want + per - 1) / per);
+  if (rtasks > blocks) rtasks = blocks;
+  int rblk = (blocks + rtasks - 1) / rtasks;
+  rtasks = (blocks + rblk - 1) / rblk;
+  int nkb = (k + {KC_MAX - 1}) / {KC_MAX}, kcm = (k + nkb - 1) / nkb;
+  long tasks = per * rtasks, npad = (long)panels * {nr};
+  /* split rows share one packing of B (per image: every k block, all panels) instead of each packing it again */
+  float* shared = rtasks > 1 ? plait_shared_scratch((size_t)(batch * k * npad)) : 0;
+#pragma omp parallel
+  {{
+    if (shared) {{
+#pragma omp for schedule(dynamic, 1)
+      for (long u = 0; u < batch * nkb; u++) {{
+        long bz = u / nkb;
+        int pc = (int)(u % nkb) * kcm, kc = k - pc < kcm ? k - pc : kcm;
+        const float* b = B + bz / inner * sbb + bz % inner * sbi;
+        float* dst = shared + bz * k * npad + pc * npad;
+        if (win) plait_pack_win(b, win, pc, kc, 0, (int)npad, n, {nr}, dst);
+        else plait_pack_b(b, sbk, sbn, pc, kc, 0, (int)npad, n, {nr}, dst);
+      }}
+    }}
+#pragma omp for schedule(dynamic, 1)
+    for (long task = 0; task < tasks; task++) {{
+      long bz = task / (ctasks * rtasks);
+      int rt = (int)(task / ctasks % rtasks), ct = (int)(task % ctasks);
+      int i0 = rt * rblk * {mr}, i1 = i0 + rblk * {mr} < m ? i0 + rblk * {mr} : m;
+      int j0 = ct * cpan * {nr}, j1 = j0 + cpan * {nr};
+      if (j1 > npad) j1 = (int)npad;
+      const float* a = A + bz / inner * sab + bz % inner * sai;
+      const float* b = B + bz / inner * sbb + bz % inner * sbi;
+      float* c = C + bz * (long)m * n;
+      float* ap = plait_scratch((size_t)kcm * (j1 - j0) + (size_t)kcm * (i1 - i0 + {mr}));
+      float* bp = ap + (size_t)kcm * (i1 - i0 + {mr});
+      for (int pc = 0; pc < k; pc += kcm) {{
+        int kc = k - pc < kcm ? k - pc : kcm;
+        if (shared) bp = shared + bz * k * npad + pc * npad + (long)j0 * kc;
+        else if (win) plait_pack_win(b, win, pc, kc, j0, j1, n, {nr}, bp);
+        else plait_pack_b(b, sbk, sbn, pc, kc, j0, j1, n, {nr}, bp);
+        /* rows are read in place when contiguous along k; else (and a partial last block) packed, zero-padded */
+        int direct = sak == 1, packed_to = i1;
+        if (!direct || (i1 - i0) % {mr}) {{
+          int from = direct ? i0 + (i1 - i0) / {mr} * {mr} : i0;
+          int rows = (i1 - from + {mr - 1}) / {mr} * {mr};
+          for (int i = 0; i < rows; i++)
+            for (int p = 0; p < kc; p++)
+              ap[(long)i * kc + p] = from + i < i1 ? a[(long)(from + i) * sam + (long)(pc + p) * sak] : 0.0f;
+          packed_to = from;
+        }}
+        for (int jj = j0; jj < j1; jj += {nr})
+          for (int ii = i0; ii < i1; ii += {mr}) {{
+            int mr = i1 - ii < {mr} ? i1 - ii : {mr}, nr = n - jj < {nr} ? n - jj : {nr};
+            const float* at = ii < packed_to ? a + (long)ii * sam + pc : ap + (long)(ii - packed_to) * kc;
+            long lda = ii < packed_to ? sam : kc;
+            plait_micro_{t}(kc, at, lda, bp + (long)(jj - j0) * kc, c + ii * rs + jj * cs, rs, cs, mr, nr, pc > 0);
+            if (epi && pc + kc >= k) {{
+              if (trans) epi(c, bz, jj, ii, nr, mr, extra); else epi(c, bz, ii, jj, mr, nr, extra);
+            }}
+          }}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def library(mr: int, nv: int) -> str:
+    """The shared C code for one register tile (compiled once per translation unit, whatever the shapes)."""
+    return f"{_COMMON}//@shared-begin plait_gemm_{mr}x{nv}\n{_micro(mr, nv)}{_driver(mr, nv)}//@shared-end\n"
+
+
+def call(
+    fn: str,
+    spec: Any,
+    a_args: str,
+    b_args: str,
+    trans: bool,
+    epi_fn: str,
+    extra: str,
+) -> str:
+    """The statements of a kernel body that run one GEMM (the window of an implicit-GEMM B operand included)."""
+    win = spec.conv
+    if win is None:
+        return f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, 0, C, {int(trans)}, {epi_fn}, {extra});\n"
+    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
+    return (
+        f"  static const plait_win win = {{{geo}}};\n"
+        f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, 0, {epi_fn}, {extra});\n"
+    )

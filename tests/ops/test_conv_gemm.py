@@ -1,0 +1,81 @@
+"""Convolution and GEMM on the `cpu` device's C GEMM library: implicit-GEMM convolutions (patches gathered while
+packing, no im2col buffer) with fused epilogues, and plain GEMMs over the register-tile shapes and tail cases,
+against PyTorch."""
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from plait.codegen import gemm_c
+from tests.helpers import assert_close, rand
+
+GEOMETRIES = [  # n, c, h, w, co, kh, kw, stride, padding, dilation, groups
+    (1, 3, 17, 15, 8, 3, 3, 1, 1, 1, 1),
+    (2, 5, 11, 9, 13, 3, 3, 2, 1, 1, 1),
+    (1, 4, 13, 13, 30, 7, 7, 2, 3, 1, 1),
+    (3, 6, 8, 10, 9, 3, 2, (2, 1), (0, 1), (2, 1), 3),
+    (2, 8, 7, 7, 40, 1, 1, 2, 0, 1, 1),
+    (1, 16, 7, 7, 33, 3, 3, 1, 1, 1, 1),
+    (2, 4, 6, 6, 12, 3, 3, 1, 2, 2, 2),
+]
+
+
+def _conv_plan(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride, padding, dilation, groups):
+    def fn(t):
+        out = F.conv2d(
+            t, plait.tensor(w, device="cpu"), plait.tensor(b, device="cpu"), stride, padding, dilation, groups
+        )
+        return out.relu()
+
+    jit = plait.jit(fn, device="cpu")
+    plan, _ = jit.plan_for([x])
+    return jit, plan
+
+
+@pytest.mark.parametrize("geo", GEOMETRIES)
+def test_implicit_conv_matches_torch(geo):
+    n, c, h, w, co, kh, kw, stride, padding, dilation, groups = geo
+    x, wt, b = rand((n, c, h, w)), rand((co, c // groups, kh, kw), seed=1), rand((co,), seed=2)
+    jit, plan = _conv_plan(x, wt, b, stride, padding, dilation, groups)
+    ref = torch.nn.functional.conv2d(
+        torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, padding, dilation, groups
+    ).relu()
+    assert_close(jit(x), ref.numpy(), "float32", f"conv2d {geo}", tol_scale=10)
+    if co // groups > 4 and (kh, kw) != (1, 1):
+        # the patches are gathered by the GEMM itself and bias + ReLU run in its epilogue: one kernel
+        assert [k.name.split("_")[0] for k in plan.kernels] == ["CONV"]
+
+
+def test_training_keeps_the_patch_buffer():
+    """The weight gradient reads the same patch columns, so in training im2col stays a buffer and still agrees."""
+    x, wt = rand((2, 3, 9, 9)), rand((8, 3, 3, 3), seed=1)
+    xp = plait.tensor(x, device="cpu", requires_grad=True)
+    wp = plait.tensor(wt, device="cpu", requires_grad=True)
+    F.conv2d(xp, wp, padding=1).sum().backward()
+    xt, wtt = torch.tensor(x, requires_grad=True), torch.tensor(wt, requires_grad=True)
+    torch.nn.functional.conv2d(xt, wtt, padding=1).sum().backward()
+    assert xp.grad is not None and wp.grad is not None
+    assert_close(wp.grad.numpy(), wtt.grad.numpy(), "float32", "conv2d weight gradient", tol_scale=10)
+    assert_close(xp.grad.numpy(), xt.grad.numpy(), "float32", "conv2d input gradient", tol_scale=10)
+
+
+@pytest.mark.parametrize(
+    "m,n,k",
+    [(1, 7, 5), (5, 1, 9), (24, 16, 300), (25, 33, 257), (100, 37, 70), (64, 3, 20), (7, 300, 5), (130, 49, 513)],
+)
+@pytest.mark.parametrize("transpose_a", [False, True])
+def test_gemm_shapes(m, n, k, transpose_a):
+    a = rand((k, m) if transpose_a else (m, k))
+    b = rand((k, n), seed=1)
+    at = plait.tensor(a, device="cpu")
+    got = ((at.T if transpose_a else at) @ plait.tensor(b, device="cpu")).numpy()
+    want = (a.T if transpose_a else a) @ b
+    assert_close(got, want, "float32", f"matmul {m}x{n}x{k}", tol_scale=10)
+
+
+def test_pick_tile_avoids_padding():
+    assert gemm_c.pick_tile(64, 3136) in {(8, 3), (6, 4)}
+    _, nv = gemm_c.pick_tile(512, 49)
+    assert -(-49 // (nv * gemm_c.VW)) * nv * gemm_c.VW == 64
