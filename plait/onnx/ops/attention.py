@@ -33,12 +33,12 @@ def _attention(ctx: Ctx, ins: list[Any]) -> list[Any]:
     q3 = ctx.t(ins[0])
     qn, kvn = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads")
     q, k, v = _heads(q3, qn), _heads(ctx.t(ins[1]), kvn), _heads(ctx.t(ins[2]), kvn)
+    past = 0
     if ins[4] is not None:
+        past = ctx.t(ins[4]).shape[2]
         k = cat([ctx.t(ins[4]).astype(k.dtype), k], 2)
     if ins[5] is not None:
         v = cat([ctx.t(ins[5]).astype(v.dtype), v], 2)
-    if ins[6] is not None:
-        raise ctx.unsupported("Attention's nonpad_kv_seqlen input is not supported")
     present_k, present_v = k, v
     b, hq, sq, e = q.shape
     hk, skv = k.shape[1], k.shape[2]
@@ -49,10 +49,28 @@ def _attention(ctx: Ctx, ins: list[Any]) -> list[Any]:
     scale = ctx.attr("scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(e)
     qf, kf, vf = q.astype(dtypes.float32), k.astype(dtypes.float32), v.astype(dtypes.float32)
-    scores = (qf @ kf.transpose(-2, -1)) * scale
+    qk = (qf @ kf.transpose(-2, -1)) * scale
+    cap = float(ctx.attr("softcap", 0.0))
+    if cap > 0.0:  # before the mask, so that masked scores stay -inf
+        qk = (qk / cap).tanh() * cap
+    bias = _bias(ctx, ins[3], ins[6], b, sq, skv, past)
+    scores = qk if bias is None else qk + bias
+    probs = F.softmax(scores, -1)
+    if bias is not None:  # a query row that may attend no key gives 0 (softmax of all -inf would be NaN)
+        probs = where(bias.max(-1, True) == -math.inf, 0.0, probs)
+    y = (probs @ vf).astype(q.dtype)
+    if q3.ndim == 3:
+        y = y.permute(0, 2, 1, 3).reshape(b, sq, -1)
     mode = int(ctx.attr("qk_matmul_output_mode", 0))
-    qk = [scores]
-    mask = ins[3]
+    shown = probs if mode == 3 else scores if mode == 2 else qk
+    return [y, present_k, present_v, shown.astype(q.dtype)]
+
+
+def _bias(ctx: Ctx, mask: Any, nonpad: Any, b: int, sq: int, skv: int, past: int) -> Tensor | None:
+    """The additive attention bias (0 where a query may attend a key, -inf where not): the mask (bool or additive,
+    padded with "masked" up to the key length), then the causal and sliding-window limits, then the padding of
+    an external KV cache. Query i sits at key position i + offset: past_key's length with an internal cache,
+    nonpad_kv_seqlen[b] - sq with an external one, else 0."""
     bias = None
     if mask is not None:
         m = ctx.t(mask)
@@ -60,25 +78,25 @@ def _attention(ctx: Ctx, ins: list[Any]) -> list[Any]:
             fill = False if m.dtype == dtypes.bool_ else -math.inf
             m = m.pad([(0, 0)] * (m.ndim - 1) + [(0, skv - m.shape[-1])], fill)
         bias = where(m, 0.0, -math.inf) if m.dtype == dtypes.bool_ else m.astype(dtypes.float32)
+    lengths = ctx.t(nonpad).astype(dtypes.int64).reshape(b, 1, 1, 1) if nonpad is not None else None
+    i = np.arange(sq, dtype=np.int64)[:, None]
+    j = np.arange(skv, dtype=np.int64)[None, :]
+    # diff[.., i, j] = (query position) - (key position)
+    diff = ctx.t(i - j) + (lengths - sq) if lengths is not None else ctx.t(i - j + past)
+    left, right = int(ctx.attr("left_window_size", -1)), int(ctx.attr("right_window_size", -1))
+    limits = []
     if ctx.attr("is_causal", 0):
-        past = skv - sq
-        keep = np.arange(skv)[None, :] <= np.arange(sq)[:, None] + past
-        causal = ctx.t(np.where(keep, 0.0, -np.inf).astype(np.float32))
-        bias = causal if bias is None else bias + causal
-    if bias is not None:
-        scores = scores + bias
-    qk.append(scores)
-    cap = float(ctx.attr("softcap", 0.0))
-    if cap > 0.0:
-        scores = (scores / cap).tanh() * cap
-    qk.append(scores)
-    probs = F.softmax(scores, -1)
-    probs = where(probs != probs, 0.0, probs)  # rows masked entirely give 0, not NaN
-    qk.append(probs)
-    y = (probs @ vf).astype(q.dtype)
-    if q3.ndim == 3:
-        y = y.permute(0, 2, 1, 3).reshape(b, sq, -1)
-    return [y, present_k, present_v, qk[mode].astype(q.dtype)]
+        limits.append(diff >= 0)
+    if left >= 0:
+        limits.append(diff <= left)
+    if right >= 0:
+        limits.append(diff >= -right)
+    if lengths is not None:
+        limits.append(ctx.t(j.reshape(1, 1, 1, skv)) < lengths)
+    for ok in limits:
+        add = where(ok, 0.0, -math.inf)
+        bias = add if bias is None else bias + add
+    return bias
 
 
 register("Attention", _attention)
