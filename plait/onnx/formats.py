@@ -108,7 +108,7 @@ def _pow2_floor(a: Tensor, lo: int, hi: int) -> Tensor:
     return p.minimum(2.0**hi)
 
 
-def _rne(y: Tensor) -> Tensor:
+def rne(y: Tensor) -> Tensor:
     """Round half to even (exact for |y| < 2**23, which covers every grid position below a format's overflow)."""
     f = (y + 0.5).floor()
     odd_tie = ((f - y) == 0.5) & ((f * 0.5).floor() * 2.0 != f)
@@ -119,7 +119,7 @@ def round_float(x: Tensor, fmt: FloatFormat, saturate: bool) -> Tensor:
     """float32 `x` rounded to the nearest value of `fmt` (ties to even), as float32."""
     a = x.abs()
     q = _pow2_floor(a, fmt.emin, fmt.emax) * 2.0**-fmt.mbits  # the grid step at a's binade (fixed in subnormals)
-    r = _rne(a / q) * q
+    r = rne(a / q) * q
     over = r > fmt.max
     if fmt.overflow == "max" or (saturate and fmt.saturates):
         r = where(over, fmt.max, r)

@@ -34,6 +34,19 @@ def register(name: str, fn: OpFn, fold: OpFn | None = None, *, sequences: bool =
 
 def load_all() -> dict[str, OnnxOp]:
     """The table with every op family registered (imported on first use: the families import the importer)."""
-    from plait.onnx.ops import attention, control, elementwise, geometry, nn, reduce, rnn, scatter, shape, signal, sorting  # noqa: F401
+    from plait.onnx.ops import (  # noqa: F401
+        attention,
+        control,
+        elementwise,
+        geometry,
+        nn,
+        quant,
+        reduce,
+        rnn,
+        scatter,
+        shape,
+        signal,
+        sorting,
+    )
 
     return TABLE
