@@ -148,7 +148,12 @@ def render_c(
         holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(epi.extra))) or '0'}}};\n"
     a_args = f"A + {ao}, {sab}, {spec.a_inner}, {sam}, {sak}"
     b_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}, {sbn}"
-    if small or vec:
+    if spec.conv is not None and m == 1:
+        lib = gemm_c.COMMON + gemm_c.DEPTHWISE
+        call = gemm_c.depthwise_call(
+            spec, f"A + {ao}, {sab}, {spec.a_inner}", f"B + {bo}, {sbb}, {spec.b_inner}", epi_fn, extra
+        )
+    elif small or vec:
         lib = _gemv_library()
         if vec:
             a_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbn}, {sbk}"
@@ -169,7 +174,16 @@ def render_c(
 {epilogue}void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
 {holder}{call}}}
 """
-    return _finish("GEMV" if small or vec else "CONV" if spec.conv is not None else "GEMM", spec, src, (1,), None)
+    kind = (
+        "DWCONV"
+        if spec.conv is not None and m == 1
+        else "CONV"
+        if spec.conv is not None
+        else "GEMV"
+        if small or vec
+        else "GEMM"
+    )
+    return _finish(kind, spec, src, (1,), None)
 
 
 def _cl_operands(spec: GemmSpec) -> str:

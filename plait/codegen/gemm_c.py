@@ -29,7 +29,7 @@ def pick_tile(m: int, n: int) -> tuple[int, int]:
     return min(TILES, key=cost)
 
 
-_COMMON = """//@shared-begin plait_gemm_common
+COMMON = """//@shared-begin plait_gemm_common
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
@@ -250,9 +250,59 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
 """
 
 
+DEPTHWISE = """//@shared-begin plait_dwconv
+/* A depthwise convolution (one filter per channel plane): each output row accumulates kh*kw shifted, scaled input
+   rows, a vector loop per tap; planes are independent tasks, and epi runs on each finished plane. */
+static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
+                         long sxi, const plait_win* g, float* C, plait_epi_fn epi, void* const* extra) {
+#pragma omp parallel for schedule(dynamic, 4)
+  for (long bz = 0; bz < batch; bz++) {
+    const float* w = A + bz / inner * sab + bz % inner * sai;
+    const float* x = X + bz / inner * sxb + bz % inner * sxi;
+    float* c = C + bz * (long)n;
+    int ow = g->ow, oh = n / ow, s = g->sw;
+    for (int oy = 0; oy < oh; oy++) {
+      float* row = c + (long)oy * ow;
+      for (int ox = 0; ox < ow; ox++) row[ox] = 0.0f;
+      for (int ky = 0; ky < g->kh; ky++) {
+        int iy = oy * g->sh - g->ph + ky * g->dh;
+        if (iy < 0 || iy >= g->h) continue;
+        const float* xr = x + (long)iy * g->w;
+        for (int kx = 0; kx < g->kw; kx++) {
+          float wv = w[ky * g->kw + kx];
+          int dx = kx * g->dw - g->pw;
+          int lo = dx >= 0 ? 0 : (-dx + s - 1) / s, hi = dx >= g->w ? 0 : (g->w - 1 - dx) / s + 1;
+          if (hi > ow) hi = ow;
+          if (s == 1) {
+#pragma omp simd
+            for (int ox = lo; ox < hi; ox++) row[ox] += wv * xr[ox + dx];
+          } else {
+#pragma omp simd
+            for (int ox = lo; ox < hi; ox++) row[ox] += wv * xr[ox * s + dx];
+          }
+        }
+      }
+    }
+    if (epi) epi(c, bz, 0, 0, 1, n, extra);
+  }
+}
+//@shared-end
+"""
+
+
+def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:
+    """The statements that run a depthwise convolution (`spec.m == 1`, one kh*kw filter per plane)."""
+    win = spec.conv
+    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
+    return (
+        f"  static const plait_win win = {{{geo}}};\n"
+        f"  plait_dwconv({spec.batch}, {spec.inner}, {spec.n}, {a_args}, {b_args}, &win, C, {epi_fn}, {extra});\n"
+    )
+
+
 def library(mr: int, nv: int) -> str:
     """The shared C code for one register tile (compiled once per translation unit, whatever the shapes)."""
-    return f"{_COMMON}//@shared-begin plait_gemm_{mr}x{nv}\n{_micro(mr, nv)}{_driver(mr, nv)}//@shared-end\n"
+    return f"{COMMON}//@shared-begin plait_gemm_{mr}x{nv}\n{_micro(mr, nv)}{_driver(mr, nv)}//@shared-end\n"
 
 
 def call(

@@ -129,14 +129,17 @@ def _implicit_conv(
     """Let the GEMM `n` gather its B operand from the image when B is the sole use of an im2col's patch columns
     (inference: in training the weight gradient reads the same columns, so they stay a buffer)."""
     a, b, spec = plan
-    if b.op != "im2col" or spec.m <= 4 or users.get(b.uid) != 1:
+    if b.op != "im2col" or users.get(b.uid) != 1:
+        return plan
+    win: Window = b.arg
+    depthwise = spec.m == 1 and spec.k == win.kh * win.kw and spec.a[3] == 1
+    if spec.m <= 4 and not depthwise:
         return plan
     node = n.srcs[1]
     while node is not b:
         if users.get(node.uid) != 1 or kind(node) != "movement":
             return plan
         node = node.srcs[0]
-    win: Window = b.arg
     plane, per_row = win.oh * win.ow, win.kh * win.kw * win.oh * win.ow
     bo, sbb, sbk, sbn = spec.b
     strides = (sbb, spec.b_inner)
@@ -213,10 +216,19 @@ def _fuse_epilogues(items: list[Item], users: dict[int, int], outputs: set[int])
                 g = gemms.get(m.uid)
                 if g is None or m.uid in fused or m.uid in outputs or m.size != it.out.size:
                     continue
-                if readers.get(m.uid) == 1 and users.get(m.uid) == 1 and _reads_identically(it.out, m, users):
+                if readers.get(m.uid) == 1 and _reads_identically(it.out, m, users):
                     fused.add(m.uid)
-                    extra = [x for x in it.inputs if x.uid != m.uid]
-                    it = Item(it.out, g.inputs + extra, "gemm", gemm=g.gemm, extra={"epilogue": m, "extra": extra})
+                    # a GEMM that already has an epilogue (BN, then a clamp that reads it three times) grows it
+                    mm, before = g.extra.get("epilogue", m), g.extra.get("extra", [])
+                    extra = before + [x for x in it.inputs if x.uid != m.uid]
+                    it = Item(
+                        it.out,
+                        g.inputs + extra[len(before) :],
+                        "gemm",
+                        gemm=g.gemm,
+                        extra={"epilogue": mm, "extra": extra},
+                    )
+                    gemms[it.out.uid] = it
                     break
         out.append(it)
     return [it for it in out if not (it.kind == "gemm" and it.out.uid in fused)]

@@ -19,6 +19,9 @@ GEOMETRIES = [  # n, c, h, w, co, kh, kw, stride, padding, dilation, groups
     (2, 8, 7, 7, 40, 1, 1, 2, 0, 1, 1),
     (1, 16, 7, 7, 33, 3, 3, 1, 1, 1, 1),
     (2, 4, 6, 6, 12, 3, 3, 1, 2, 2, 2),
+    (2, 6, 9, 11, 6, 3, 3, 1, 1, 1, 6),  # depthwise
+    (1, 5, 14, 13, 5, 3, 3, 2, 1, 1, 5),
+    (1, 3, 10, 10, 3, 5, 3, (2, 1), (2, 0), (1, 2), 3),
 ]
 
 
@@ -43,9 +46,12 @@ def test_implicit_conv_matches_torch(geo):
         torch.tensor(x), torch.tensor(wt), torch.tensor(b), stride, padding, dilation, groups
     ).relu()
     assert_close(jit(x), ref.numpy(), "float32", f"conv2d {geo}", tol_scale=10)
-    if co // groups > 4 and (kh, kw) != (1, 1):
+    kinds = [k.name.split("_")[0] for k in plan.kernels]
+    if groups == c == co:
+        assert kinds == ["DWCONV"]  # the dedicated depthwise kernel, bias + ReLU in its epilogue
+    elif co // groups > 4 and (kh, kw) != (1, 1):
         # the patches are gathered by the GEMM itself and bias + ReLU run in its epilogue: one kernel
-        assert [k.name.split("_")[0] for k in plan.kernels] == ["CONV"]
+        assert kinds == ["CONV"]
 
 
 def test_training_keeps_the_patch_buffer():
