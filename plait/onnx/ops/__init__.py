@@ -39,6 +39,7 @@ def load_all() -> dict[str, OnnxOp]:
         control,
         elementwise,
         geometry,
+        linalg,
         nn,
         quant,
         reduce,
@@ -47,6 +48,7 @@ def load_all() -> dict[str, OnnxOp]:
         shape,
         signal,
         sorting,
+        transformer,
     )
 
     return TABLE

@@ -297,3 +297,49 @@ def _roi_taps(v: Tensor, size: int) -> list[tuple[Tensor, Tensor]]:
 
 
 register("RoiAlign", _roi_align)
+
+
+def _nms(ctx: Ctx, ins: list[Any]) -> np.ndarray:
+    """Greedy non-maximum suppression per (batch, class). The number of kept boxes depends on the scores, so the
+    boxes and scores are read when the plan is built (a plan per distinct input value; docs/onnx.md, Limits)."""
+    boxes, scores = ctx.host(ins[0], "boxes").astype(np.float64), ctx.host(ins[1], "scores").astype(np.float64)
+    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 or scores.shape[::2] != boxes.shape[:2]:
+        raise ctx.error(f"boxes {boxes.shape} and scores {scores.shape} must be (B, N, 4) and (B, C, N)")
+
+    def scalar(i: int, what: str, default: float) -> float:
+        if len(ins) <= i or ins[i] is None or not ctx.host(ins[i], what).size:
+            return default
+        return float(ctx.host(ins[i], what).reshape(-1)[0])
+
+    limit = max(int(scalar(2, "max_output_boxes_per_class", 0)), 0)
+    iou_max, floor = scalar(3, "iou_threshold", 0.0), scalar(4, "score_threshold", -np.inf)
+    if ctx.attr("center_point_box", 0):
+        cx, cy, bw, bh = np.moveaxis(boxes, -1, 0)
+        x0, x1, y0, y1 = cx - bw / 2, cx + bw / 2, cy - bh / 2, cy + bh / 2
+    else:
+        ya, xa, yb, xb = np.moveaxis(boxes, -1, 0)
+        y0, y1, x0, x1 = np.minimum(ya, yb), np.maximum(ya, yb), np.minimum(xa, xb), np.maximum(xa, xb)
+    area = (x1 - x0) * (y1 - y0)
+    out = []
+    for b, c in itertools.product(range(scores.shape[0]), range(scores.shape[1])):
+        s = scores[b, c]
+        order = [int(i) for i in np.argsort(-s, kind="stable") if s[i] > floor]
+        kept: list[int] = []
+        for i in order:
+            if len(kept) >= limit:
+                break
+            if kept:
+                k = np.array(kept)
+                iw = np.minimum(x1[b, i], x1[b, k]) - np.maximum(x0[b, i], x0[b, k])
+                ih = np.minimum(y1[b, i], y1[b, k]) - np.maximum(y0[b, i], y0[b, k])
+                inter = np.where((iw > 0) & (ih > 0), iw * ih, 0.0)
+                union = area[b, i] + area[b, k] - inter
+                ok = (inter > 0) & (area[b, i] > 0) & (area[b, k] > 0) & (union > 0)
+                if np.any(ok & (inter / np.where(ok, union, 1.0) > iou_max)):
+                    continue
+            kept.append(i)
+            out.append((b, c, i))
+    return np.array(out, dtype=np.int64).reshape(-1, 3)
+
+
+register("NonMaxSuppression", _nms, _nms)
