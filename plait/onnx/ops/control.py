@@ -76,7 +76,7 @@ def _truth(ctx: Ctx, arr: np.ndarray, what: str) -> bool:
 def _flag(ctx: Ctx, v: Any, what: str) -> Tensor:
     """Device condition `v` as a bool scalar tensor."""
     t = ctx.t(v)
-    if t.numel != 1:
+    if math.prod(t.shape) != 1:
         raise ctx.error(f"{what} must hold one element, got shape {t.shape}")
     return t.reshape(()).astype("bool")
 
