@@ -17,7 +17,6 @@ from plait import dtypes
 from plait.frontends.native.tensor import Tensor, cat, where
 from plait.onnx.importer import Ctx
 from plait.onnx.ops import register
-from plait.onnx.ops.elementwise import _int_div
 
 
 def _heads(x: Tensor, n: int | None) -> Tensor:
@@ -150,11 +149,24 @@ register("SoftmaxCrossEntropyLoss", _sce)
 
 
 def _bitshift(ctx: Ctx, ins: list[Any]) -> Tensor:
-    x, y = ctx.t(ins[0]), ctx.t(ins[1])
-    p = Tensor.full((), 2, x.dtype, x.device) ** y.astype(x.dtype)
+    x, y = ctx.t(ins[0]), ctx.t(ins[1]).astype(ctx.t(ins[0]).dtype)
     if ctx.attr("direction") == "LEFT":
-        return x * p
-    return _int_div(x, p)
+        return x * Tensor.full((), 2, x.dtype, x.device) ** y
+    # arithmetic shift right = floor division by 2**y; a shift below 0 or past the sign bit leaves only the sign
+    width = 8 * x.dtype.itemsize
+    inside = (y >= 0) & (y < width - 1)
+    p = Tensor.full((), 2, x.dtype, x.device) ** where(inside, y, 0)
+    return where(inside, _floor_div_exact(x, p), where(x < 0, -1, 0).astype(x.dtype))
+
+
+def _floor_div_exact(x: Tensor, p: Tensor) -> Tensor:
+    """floor(x / p) for integer tensors and p > 0, exact over the whole int32/int64 range: a float32 quotient is
+    refined by the (exact, integer) remainder until it is off by at most one, then fixed up."""
+    q = (x.float() / p.float()).floor().astype(x.dtype)
+    for _ in range(3 if x.dtype == dtypes.int64 else 1):
+        q = q + ((x - q * p).float() / p.float()).floor().astype(x.dtype)
+    r = x - q * p
+    return q - (r < 0).astype(x.dtype) + (r >= p).astype(x.dtype)
 
 
 register("BitShift", _bitshift)
