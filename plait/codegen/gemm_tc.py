@@ -1,12 +1,13 @@
 """OpenCL GEMM on tensor cores with FP32 accuracy (3xTF32): NVIDIA's OpenCL compiler accepts inline PTX, so
 each warp runs `mma.sync.aligned.m16n8k8` on TF32 fragments it loads from local memory.
 
-3xTF32: every FP32 operand x splits into a TF32 `big = rna(x)` and a TF32 residual `small = rna(x - big)`; the
-product accumulates small*big + big*small + big*big in FP32, which keeps the error of a plain FP32 GEMM (a single
-TF32 product would lose about 10 bits). The tensor core adds its products into the accumulator it is given by
-truncation, which over a long K drifts an order of magnitude past FP32's error, so each k8 step's three products
-start from zero and join the running sum with an ordinary (round-to-nearest) FP32 add. Global loads of the next K tile go to registers while the warps compute
-on the current one, and land in the second of two local buffers (one barrier per tile).
+3xTF32: every FP32 operand x splits into a TF32 `big = rna(x)` and a residual `small = x - big` (which the tensor
+core reads as TF32, i.e. truncated); the product accumulates small*big + big*small + big*big, which keeps the
+error of a plain FP32 GEMM (a single TF32 product would lose about 10 bits). The tensor core adds its products into
+the accumulator it is given by truncation, which over a long K drifts an order of magnitude past FP32's error, so
+the products of KS k8 steps start from zero and then join the running sum with an ordinary (round-to-nearest) FP32
+add. Global loads of the next K tile go to registers while the warps compute on the current one, and land in the
+second of two local buffers (one barrier per tile).
 
 The same template has a portable twin (knob MMA=0, kernel kind GEMM3XTF32EMU) that computes each lane's
 accumulator elements of the same fragments with ordinary FMAs and an exact emulation of TF32 rounding, so the
@@ -25,14 +26,19 @@ from plait.codegen.cstyle import RenderedKernel
 from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish
 from plait.errors import DeviceError, UnsupportedError
 
-TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32}
+TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 1}
 
-# TF32 rounding (round to nearest, ties away from zero, 10 mantissa bits) and the warp-wide tensor-core product
-_PTX_HELPERS = """inline float plait_tf32(float x) {
-  uint r;
-  asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return as_float(r);
-}
+# TF32 rounding by integer ops (round to nearest, ties away, 10 mantissa bits: what cvt.rna.tf32 computes, but at
+# integer rate, where conversions run at a quarter of it). The residual goes to the tensor core unrounded: it reads
+# the top 19 bits of each operand register. The portable twin truncates it the same way.
+_TF32 = """//@shared-begin plait_tf32
+inline float plait_tf32(float x) { return as_float((as_uint(x) + 0x1000u) & 0xffffe000u); }
+//@shared-end
+"""
+_PTX_HELPERS = (
+    _TF32
+    + """//@shared-begin plait_mma_tf32
+inline float plait_tf32_residual(float x, float big) { return x - big; }
 inline void plait_mma_tf32(float* c, float a0, float a1, float a2, float a3, float b0, float b1) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};"
@@ -47,9 +53,16 @@ inline void plait_mma_tf32_first(float* d, float a0, float a1, float a2, float a
                : "r"(as_uint(a0)), "r"(as_uint(a1)), "r"(as_uint(a2)), "r"(as_uint(a3)), "r"(as_uint(b0)),
                  "r"(as_uint(b1)), "f"(0.0f));
 }
+//@shared-end
 """
-_EMU_HELPERS = """inline float plait_tf32(float x) { return as_float((as_uint(x) + 0x1000u) & 0xffffe000u); }
+)
+_EMU_HELPERS = (
+    _TF32
+    + """//@shared-begin plait_tf32_emu
+inline float plait_tf32_residual(float x, float big) { return as_float(as_uint(x - big) & 0xffffe000u); }
+//@shared-end
 """
+)
 
 _PROBE = (
     _PTX_HELPERS
@@ -206,18 +219,19 @@ def _aligned(spec: GemmSpec, which: str) -> bool:
     return all(v % 4 == 0 for v in (off, sb, si, other, inner_extent))
 
 
-def _mma_step(mi: int, ni: int, emu: bool, a: _Operand, b: _Operand) -> str:
-    """One k8 step of the warp tile: fragments from local memory (As/Bs at kk), split, 3 products each."""
+def _mma_step(mi: int, ni: int, ks: int, emu: bool, a: _Operand, b: _Operand) -> str:
+    """`ks` k8 steps of the warp tile at kk: fragments from local memory (As/Bs), split, three products per step
+    chained in the tensor core from zero, then one round-to-nearest FP32 add into the running sum."""
     if emu:
         return f"""      for (int mi = 0; mi < {mi}; mi++)
         for (int ni = 0; ni < {ni}; ni++)
           for (int r = 0; r < 4; r++) {{
             int row = wr + mi * 16 + g + (r >> 1) * 8, col = wc + ni * 8 + 2 * t + (r & 1);
             float s = 0.0f;
-            for (int q = 0; q < 8; q++) {{
+            for (int q = 0; q < {8 * ks}; q++) {{
               float x = As[{a.at("row", "kk + q")}], y = Bs[{b.at("col", "kk + q")}];
               float xb = plait_tf32(x), yb = plait_tf32(y);
-              float xs = plait_tf32(x - xb), ys = plait_tf32(y - yb);
+              float xs = plait_tf32_residual(x, xb), ys = plait_tf32_residual(y, yb);
               s = fma(xs, yb, s);
               s = fma(xb, ys, s);
               s = fma(xb, yb, s);
@@ -225,31 +239,47 @@ def _mma_step(mi: int, ni: int, emu: bool, a: _Operand, b: _Operand) -> str:
             acc[mi][ni][r] += s;
           }}
 """
-    return f"""      float abig[{mi}][4], asml[{mi}][4], bbig[{ni}][2], bsml[{ni}][2];
+    big_a, small_a = (
+        "abig[s][mi][0], abig[s][mi][1], abig[s][mi][2], abig[s][mi][3]",
+        "asml[s][mi][0], asml[s][mi][1], asml[s][mi][2], asml[s][mi][3]",
+    )
+    big_b, small_b = "bbig[s][ni][0], bbig[s][ni][1]", "bsml[s][ni][0], bsml[s][ni][1]"
+    return f"""      float abig[{ks}][{mi}][4], asml[{ks}][{mi}][4], bbig[{ks}][{ni}][2], bsml[{ks}][{ni}][2];
 #pragma unroll
-      for (int mi = 0; mi < {mi}; mi++)
+      for (int s = 0; s < {ks}; s++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {{
-          float x = As[{a.at("wr + mi * 16 + g + (j & 1) * 8", "kk + t + (j >> 1) * 4")}];
-          abig[mi][j] = plait_tf32(x);
-          asml[mi][j] = plait_tf32(x - abig[mi][j]);
-        }}
+        for (int mi = 0; mi < {mi}; mi++)
 #pragma unroll
-      for (int ni = 0; ni < {ni}; ni++)
+          for (int j = 0; j < 4; j++) {{
+            float x = As[{a.at("wr + mi * 16 + g + (j & 1) * 8", "kk + s * 8 + t + (j >> 1) * 4")}];
+            abig[s][mi][j] = plait_tf32(x);
+            asml[s][mi][j] = plait_tf32_residual(x, abig[s][mi][j]);
+          }}
 #pragma unroll
-        for (int j = 0; j < 2; j++) {{
-          float y = Bs[{b.at("wc + ni * 8 + g", "kk + t + j * 4")}];
-          bbig[ni][j] = plait_tf32(y);
-          bsml[ni][j] = plait_tf32(y - bbig[ni][j]);
-        }}
+      for (int s = 0; s < {ks}; s++)
+#pragma unroll
+        for (int ni = 0; ni < {ni}; ni++)
+#pragma unroll
+          for (int j = 0; j < 2; j++) {{
+            float y = Bs[{b.at("wc + ni * 8 + g", "kk + s * 8 + t + j * 4")}];
+            bbig[s][ni][j] = plait_tf32(y);
+            bsml[s][ni][j] = plait_tf32_residual(y, bbig[s][ni][j]);
+          }}
 #pragma unroll
       for (int mi = 0; mi < {mi}; mi++)
 #pragma unroll
         for (int ni = 0; ni < {ni}; ni++) {{
           float d[4];
-          plait_mma_tf32_first(d, asml[mi][0], asml[mi][1], asml[mi][2], asml[mi][3], bbig[ni][0], bbig[ni][1]);
-          plait_mma_tf32(d, abig[mi][0], abig[mi][1], abig[mi][2], abig[mi][3], bsml[ni][0], bsml[ni][1]);
-          plait_mma_tf32(d, abig[mi][0], abig[mi][1], abig[mi][2], abig[mi][3], bbig[ni][0], bbig[ni][1]);
+          const int s = 0;
+          plait_mma_tf32_first(d, {small_a}, {big_b});
+          plait_mma_tf32(d, {big_a}, {small_b});
+          plait_mma_tf32(d, {big_a}, {big_b});
+#pragma unroll
+          for (int s = 1; s < {ks}; s++) {{
+            plait_mma_tf32(d, {small_a}, {big_b});
+            plait_mma_tf32(d, {big_a}, {small_b});
+            plait_mma_tf32(d, {big_a}, {big_b});
+          }}
           for (int q = 0; q < 4; q++) acc[mi][ni][q] += d[q];
         }}
 """
@@ -258,10 +288,10 @@ def _mma_step(mi: int, ni: int, emu: bool, a: _Operand, b: _Operand) -> str:
 def check_knobs(kn: dict[str, int]) -> None:
     """Raise a clear error for a tile shape the template cannot run (warp tiles in 16x8 fragments)."""
     bm, bn, bk, wm, wn = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"]
-    ok = bm % wm == 0 and bn % wn == 0 and wm % 16 == 0 and wn % 8 == 0 and bk % 8 == 0
+    ok = bm % wm == 0 and bn % wn == 0 and wm % 16 == 0 and wn % 8 == 0 and bk % (8 * kn.get("KS", 1)) == 0
     if not ok:
         raise UnsupportedError(
-            f"3xTF32 GEMM knobs {kn}: need BM % WM == BN % WN == 0, WM % 16 == WN % 8 == BK % 8 == 0"
+            f"3xTF32 GEMM knobs {kn}: need BM % WM == BN % WN == 0, WM % 16 == WN % 8 == BK % (8 * KS) == 0"
         )
 
 
@@ -269,7 +299,7 @@ def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue |
     """The 3xTF32 GEMM for `spec`: block tile BM x BN, K tile BK, one warp per WM x WN sub-tile."""
     kn = {**TC_DEFAULT, **knobs}
     check_knobs(kn)
-    bm, bn, bk, wm, wn, emu = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"], not kn["MMA"]
+    bm, bn, bk, wm, wn, ks, emu = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"], kn["KS"], not kn["MMA"]
     warps_n = bn // wn
     nt = (bm // wm) * warps_n * 32
     m, n, k = spec.m, spec.n, spec.k
@@ -302,8 +332,8 @@ __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__gl
     __local const float* As = As_[cur];
     __local const float* Bs = Bs_[cur];
 #pragma unroll
-    for (int kk = 0; kk < {bk}; kk += 8) {{
-{_mma_step(mi, ni, emu, a, b)}    }}
+    for (int kk = 0; kk < {bk}; kk += {8 * ks}) {{
+{_mma_step(mi, ni, ks, emu, a, b)}    }}
     if (kt + 1 < {kt}) {{
 {a.store("As_[cur ^ 1]")}{b.store("Bs_[cur ^ 1]")}    }}
     barrier(CLK_LOCAL_MEM_FENCE);
