@@ -8,6 +8,7 @@ Pools of any rank are strided window views reduced together; asymmetric ONNX pad
 from __future__ import annotations
 
 import math
+import string
 from typing import Any
 
 import numpy as np
@@ -483,15 +484,28 @@ register("Gemm", _gemm)
 
 
 def _einsum(ctx: Ctx, ins: list[Any]) -> Tensor:
-    """Einsum as one broadcast multiply and a sum (no repeated indices within one operand)."""
+    """Einsum as one broadcast multiply and a sum. An ellipsis stands for fresh letters (right-aligned across
+    operands, as in NumPy); a letter repeated within one operand takes that operand's diagonal first."""
     eq = str(ctx.attr("equation")).replace(" ", "")
-    lhs, _, rhs = eq.partition("->")
-    terms = lhs.split(",")
+    lhs, arrow, rhs = eq.partition("->")
     ts = [ctx.t(x) for x in ins]
-    if any("." in t for t in terms) or any(len(set(t)) != len(t) for t in terms):
-        raise ctx.unsupported(f"Einsum equation {eq!r} (ellipsis or repeated indices)")
-    if not rhs and "->" not in eq:
-        rhs = "".join(sorted(c for c in set("".join(terms)) if "".join(terms).count(c) == 1))
+    terms = lhs.split(",")
+    if len(terms) != len(ts):
+        raise ctx.error(f"Einsum equation {eq!r} names {len(terms)} operands, the node has {len(ts)}")
+    spare = [c for c in string.ascii_letters if c not in eq]
+    ranks = [t.ndim - len(term.replace("...", "")) for term, t in zip(terms, ts, strict=True) if "..." in term]
+    ell = spare[: max(ranks, default=0)]
+    terms = [
+        term.replace("...", "".join(ell[len(ell) - (t.ndim - len(term) + 3) :])) if "..." in term else term
+        for term, t in zip(terms, ts, strict=True)
+    ]
+    if arrow:
+        rhs = rhs.replace("...", "".join(ell))
+    else:
+        flat = "".join(terms)
+        rhs = "".join(ell) + "".join(sorted(c for c in set(flat) - set(ell) if flat.count(c) == 1))
+    for n, (term, t) in enumerate(zip(terms, ts, strict=True)):
+        terms[n], ts[n] = _diagonals(ctx, term, t)
     letters = list(rhs) + sorted(set("".join(terms)) - set(rhs))
     sizes: dict[str, int] = {}
     aligned = []
@@ -508,6 +522,23 @@ def _einsum(ctx: Ctx, ins: list[Any]) -> Tensor:
     red = tuple(range(len(rhs), len(letters)))
     out = prod.sum(red) if red else prod
     return out.expand(*(sizes[c] for c in rhs)) if rhs else out
+
+
+def _diagonals(ctx: Ctx, term: str, t: Tensor) -> tuple[str, Tensor]:
+    """Collapse each letter repeated within one operand to its diagonal: multiply by an identity mask over the two
+    axes and sum the second away."""
+    if len(term) != t.ndim:
+        raise ctx.error(f"Einsum operand {term!r} does not match an input of rank {t.ndim}")
+    while len(set(term)) != len(term):
+        c = next(ch for ch in term if term.count(ch) > 1)
+        i, j = term.index(c), term.index(c, term.index(c) + 1)
+        n = t.shape[i]
+        shape = [1] * t.ndim
+        shape[i], shape[j] = n, n
+        eye = ctx.t(np.eye(n).reshape(shape).astype(t.dtype.np))
+        t = (t * eye).sum(j)
+        term = term[:j] + term[j + 1 :]
+    return term, t
 
 
 register("Einsum", _einsum)
