@@ -53,9 +53,7 @@ def _div(a: Tensor, b: Tensor) -> Tensor:
 
 
 def _mod(ctx: Ctx, a: Tensor, b: Tensor) -> Tensor:
-    if not ctx.attr("fmod", 0):
-        if a.dtype.is_float:
-            raise ctx.error("Mod with fmod=0 is only defined for integer inputs (set fmod=1 for floats)")
+    if not ctx.attr("fmod", 0):  # the remainder takes the divisor's sign (NumPy's mod), floats included
         return a % b
     m = a % b  # fmod takes the dividend's sign: fix Python-style results whose sign differs
     return where((m != 0) & ((m < 0) != (a < 0)), m - b, m)
