@@ -94,18 +94,20 @@ def is_storage(elem_type: int) -> bool:
     return elem_type in FLOATS or elem_type in INTS or elem_type == TP.FLOAT8E8M0
 
 
-def _pow2_floor(a: Tensor, lo: int, hi: int) -> Tensor:
-    """2**floor(log2(a)) clamped to [2**lo, 2**hi], for a >= 0. A binary search of selects: each step multiplies by
-    a power of two, which is exact, so no log/pow rounding can put a value in the wrong binade."""
+def _binade(a: Tensor, lo: int, hi: int) -> tuple[Tensor, Tensor]:
+    """(2**e, e) for e = floor(log2(a)) clamped to [lo, hi], for a >= 0. A binary search of selects: each step
+    multiplies by a power of two, which is exact, so no log/pow rounding can put a value in the wrong binade."""
     p = Tensor.full(a.shape, 2.0**lo, dtypes.float32, a.device)
+    e = Tensor.full(a.shape, float(lo), dtypes.float32, a.device)
     k = 1 << (hi - lo).bit_length()
     while k > 1:
         k //= 2
         cand = p
         for _ in range(max(1, k // 64)):  # 2**128 is not a float32: take big steps 2**64 at a time
             cand = cand * 2.0 ** min(k, 64)
-        p = where(a >= cand, cand, p)
-    return p.minimum(2.0**hi)
+        up = a >= cand
+        p, e = where(up, cand, p), where(up, e + float(k), e)
+    return p.minimum(2.0**hi), e.minimum(float(hi))
 
 
 def rne(y: Tensor) -> Tensor:
@@ -118,7 +120,7 @@ def rne(y: Tensor) -> Tensor:
 def round_float(x: Tensor, fmt: FloatFormat, saturate: bool) -> Tensor:
     """float32 `x` rounded to the nearest value of `fmt` (ties to even), as float32."""
     a = x.abs()
-    q = _pow2_floor(a, fmt.emin, fmt.emax) * 2.0**-fmt.mbits  # the grid step at a's binade (fixed in subnormals)
+    q = _binade(a, fmt.emin, fmt.emax)[0] * 2.0**-fmt.mbits  # the grid step at a's binade (fixed in subnormals)
     r = rne(a / q) * q
     over = r > fmt.max
     if fmt.overflow == "max" or (saturate and fmt.saturates):
@@ -137,7 +139,7 @@ def round_e8m0(x: Tensor, saturate: bool, mode: str) -> Tensor:
     """float32 `x` as float8e8m0 (a power of two 2**-127..2**127, or NaN): the exponent of |x|, rounded per `mode`
     as onnx does it on the bit pattern ('up': any fraction bumps it; 'nearest': from half-way; 'down': never)."""
     a = x.abs()
-    p = _pow2_floor(a, -126, 127)
+    p = _binade(a, -126, 127)[0]
     tiny = 2.0**-127  # float32 subnormals and zero have a zero exponent field: 2**-127, or 2**-126 when rounded up
     if mode == "down":
         r, sub = p, Tensor.full(a.shape, tiny, dtypes.float32, a.device)
@@ -172,6 +174,49 @@ def cast(x: Tensor, to: int, dt: DType, saturate: bool = True, round_mode: str =
         x = where(x != x, 0.0, x)  # NaN has no integer value; pick 0 rather than undefined behaviour
     y = x.astype(dt)
     return wrap_int(y, *INTS[to]) if to in INTS else y
+
+
+def float_bits(x: Tensor, ebits: int, mbits: int) -> Tensor:
+    """The bit pattern (as a non-negative int64) of float `x` in the IEEE-style format with `ebits` exponent and
+    `mbits` mantissa bits, assembled from exact float arithmetic (x must hold values of that format). NaN becomes
+    the quiet NaN with a clear sign: payloads are not kept."""
+    bias = (1 << (ebits - 1)) - 1
+    xf = x.astype(dtypes.float32)
+    a = xf.abs()
+    p, e = _binade(a, 1 - bias, bias)
+    normal = a >= 2.0 ** (1 - bias)
+    finite = a < math.inf
+    sub = a * 2.0**mbits * 2.0 ** (bias - 1)  # subnormal: a / 2**(1 - bias - mbits), in two exact steps
+    mant = where(normal, (a / where(finite, p, 1.0) - 1.0) * 2.0**mbits, sub)
+    special = (a == math.inf) | (a != a)
+    mant = where(special, where(a != a, 2.0 ** (mbits - 1), 0.0), mant)
+    expo = where(special, float((1 << ebits) - 1), where(normal, e + float(bias), 0.0))
+    sign = (xf < 0) | (xf.reciprocal() < 0)
+    bits = expo.astype(dtypes.int64) * (1 << mbits) + mant.astype(dtypes.int64)
+    return where(sign, bits + (1 << (ebits + mbits)), bits)
+
+
+def bits_float(b: Tensor, ebits: int, mbits: int) -> Tensor:
+    """The float32 value of bit patterns `b` (non-negative int64) of the IEEE-style format with `ebits` exponent
+    and `mbits` mantissa bits; the power of two is built bit by bit from the exponent field, so it is exact."""
+    bias = (1 << (ebits - 1)) - 1
+    top = 1 << (ebits + mbits)
+    mag = b % top
+    mant = mag % (1 << mbits)
+    expo = (mag - mant).astype(dtypes.float32) * 2.0**-mbits
+    m = mant.astype(dtypes.float32)
+    scale = Tensor.full(b.shape, 2.0**-bias, dtypes.float32, b.device)
+    for i in range(ebits):
+        bit = (expo * 2.0**-i).floor() - (expo * 2.0 ** -(i + 1)).floor() * 2.0
+        for _ in range(max(1, (1 << i) // 64)):  # 2**128 in two steps of 2**64
+            scale = where(bit == 1.0, scale * 2.0 ** min(1 << i, 64), scale)
+    v = where(expo == 0.0, m * 2.0 ** (1 - bias - mbits), (m * 2.0**-mbits + 1.0) * scale)
+    v = where(expo == float((1 << ebits) - 1), where(m == 0.0, math.inf, math.nan), v)
+    return where(b >= top, -v, v)
+
+
+# the formats BitCast reinterprets: IEEE-style floats (exponent bits, mantissa bits)
+IEEE: dict[int, tuple[int, int]] = {TP.FLOAT: (8, 23), TP.FLOAT16: (5, 10), TP.BFLOAT16: (8, 7)}
 
 
 def value_types(model: onnx.ModelProto) -> dict[str, int]:

@@ -310,6 +310,41 @@ def _castlike(ctx: Ctx, ins: list[Any]) -> Any:
 register("CastLike", _castlike, _castlike)
 
 
+def _bit_width(ctx: Ctx, t: int) -> int:
+    npd = elem_np(t)
+    if npd is None or npd.kind not in "biuf" or (npd.kind == "f" and t not in formats.IEEE) or npd.itemsize > 4:
+        raise ctx.unsupported(
+            f"BitCast of {elem_name(t)} is not supported (plait reinterprets bool, 8- to 32-bit integers, float32,"
+            " float16 and bfloat16; double and 64-bit integers are not computed in 64 bits)"
+        )
+    return 8 * npd.itemsize
+
+
+def _bitcast(ctx: Ctx, ins: list[Any]) -> Tensor:
+    """Reinterpret the bits of x as element type `to`, with exact integer and float arithmetic on the device (plait
+    has no bit-level view of its buffers): the bit pattern is assembled as an int64, then read back."""
+    src, to = ctx.elem_type(0, ins[0]), int(ctx.attr("to"))
+    width = _bit_width(ctx, src)
+    if _bit_width(ctx, to) != width:
+        raise ctx.error(f"BitCast from {elem_name(src)} to {elem_name(to)} changes the bit width")
+    x = ctx.t(ins[0])
+    if src in formats.IEEE:
+        bits = formats.float_bits(x, *formats.IEEE[src])
+    else:
+        bits = x.astype(dtypes.int64) & ((1 << width) - 1)
+    dt = compute_dtype(elem_np(to), ctx.label)
+    if to in formats.IEEE:
+        return formats.bits_float(bits, *formats.IEEE[to]).astype(dt)
+    if to == onnx.TensorProto.BOOL:
+        return bits != 0
+    if elem_np(to).kind == "i":
+        bits = where(bits >= 1 << (width - 1), bits - (1 << width), bits)
+    return bits.astype(dt)
+
+
+register("BitCast", _bitcast)
+
+
 def _where(ctx: Ctx, ins: list[Any]) -> Tensor:
     c = ctx.t(ins[0])
     a, b = ins[1], ins[2]
