@@ -248,8 +248,11 @@ class Importer:
             else:
                 raise ctx.error(f"input {name!r} is produced by no earlier node and is not a graph input")
         op = TABLE[node.op_type]
-        if not op.sequences and any(isinstance(x, SeqValue) for x in ins):
-            raise ctx.unsupported("takes tensors, but one of its inputs is a sequence")
+        if not op.sequences:
+            for name, x in zip(node.input, ins, strict=True):
+                if isinstance(x, SeqValue) or (name and x is None):
+                    what = "a sequence" if x is not None else "an empty optional"
+                    raise ctx.unsupported(f"input {name!r} is {what}, but this operator takes tensors")
         if op.fold is not None and all(x is None or isinstance(x, np.ndarray) for x in ins):
             result = op.fold(ctx, ins)
         else:

@@ -147,7 +147,7 @@ class InferenceSession:
         """The plan for flat `feed` (sequence inputs arrive as their elements, laid out by `sequences`)."""
         layout = tuple(sorted((n, -1 if p is None else len(p)) for n, p in sequences.items()))
         while True:
-            values = {n: feed[n] for n in self._value_inputs}
+            values = {n: feed[n] for n in self._value_inputs if n in feed}  # a shorter sequence lacks some
             key = (
                 tuple((n, a.shape, a.dtype.str) for n, a in feed.items())
                 + layout

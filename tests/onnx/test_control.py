@@ -209,6 +209,10 @@ def test_loop_unrolling_is_bounded() -> None:
     model = _loop_model(control.MAX_STEPS + 1, cond_from_data=False, name="long")
     with pytest.raises(OnnxUnsupportedError, match=rf"node 'long' \(Loop\).*at most {control.MAX_STEPS}"):
         InferenceSession(model, device="cpu").run(None, feed)
+    # a data-dependent condition with a huge trip count (an exporter's "while" idiom) is refused before unrolling
+    model = _loop_model(2**62, cond_from_data=True, name="while")
+    with pytest.raises(OnnxUnsupportedError, match=rf"node 'while' \(Loop\).*{2**62} iterations"):
+        InferenceSession(model, device="cpu").run(None, feed)
 
 
 def test_loop_condition_and_scan_outputs_from_graph_inputs(device: str) -> None:
@@ -373,6 +377,17 @@ def test_a_sequence_given_to_a_tensor_op_is_refused() -> None:
         g, opset_imports=[h.make_opsetid("", 18)], ir_version=10
     ).SerializeToString()  # the checker would refuse it
     with pytest.raises(OnnxUnsupportedError, match=r"node 'relu' \(Relu\).*sequence"):
+        InferenceSession(model, device="cpu").run(None, {"x": np.ones(2, np.float32)})
+
+
+def test_an_empty_optional_given_to_a_tensor_op_is_refused() -> None:
+    nodes = [
+        h.make_node("Optional", [], ["o"], type=h.make_tensor_type_proto(F, [2])),
+        h.make_node("Add", ["x", "o"], ["y"], name="add"),
+    ]
+    g = h.make_graph(nodes, "g", [_vi("x", F, [2])], [_vi("y", F, [2])])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=10).SerializeToString()
+    with pytest.raises(OnnxUnsupportedError, match=r"node 'add' \(Add\): input 'o' is an empty optional"):
         InferenceSession(model, device="cpu").run(None, {"x": np.ones(2, np.float32)})
 
 

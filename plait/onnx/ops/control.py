@@ -211,6 +211,7 @@ def _start_masking(ctx: Ctx, cond: Any, trip: int | None, n_scan: int) -> Tensor
             "the loop's condition is computed on the device from input data, so the length of its scan outputs"
             " depends on the data; plait needs shapes when it builds the plan"
         )
+    _bounded(ctx, trip, "the loop")
     return _flag(ctx, cond, "cond")
 
 
