@@ -43,6 +43,7 @@ def load_all() -> dict[str, OnnxOp]:
         nn,
         quant,
         reduce,
+        resize,
         rnn,
         scatter,
         shape,

@@ -1,8 +1,9 @@
 """Neural-network ONNX ops: Conv, ConvTranspose, pools, normalizations, Softmax family, Gemm, MatMul, Dropout,
-LRN, Resize/Upsample.
+LRN.
 
 2-D convolutions go through plait.nn.functional.conv2d (im2col + GEMM); 1-D ones are 2-D with a unit axis.
-Pools of any rank are strided window views reduced together; asymmetric ONNX pads are applied explicitly.
+Pools of any rank reduce strided window views one spatial axis at a time (max and sums are separable); asymmetric
+ONNX pads are applied explicitly.
 """
 
 from __future__ import annotations
@@ -555,84 +556,3 @@ def _dropout(ctx: Ctx, ins: list[Any]) -> Any:
 
 
 register("Dropout", _dropout)
-
-# ---------------------------------------------------------------- resizing
-
-
-def _resize(ctx: Ctx, ins: list[Any]) -> Tensor:
-    x = ctx.t(ins[0])
-    mode = ctx.attr("mode", "nearest")
-    if ctx.node.op_type == "Upsample":
-        scales = list(ctx.host(ins[1], "scales").astype(np.float64))
-        sizes = [math.floor(s * f) for s, f in zip(x.shape, scales, strict=True)]
-        ctm = "asymmetric"
-    else:
-        sizes_in = ins[3] if len(ins) > 3 else None
-        scales_in = ins[2] if len(ins) > 2 else None
-        if ctx.attr("axes") is not None or ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-            raise ctx.unsupported("Resize axes / keep_aspect_ratio_policy are not supported")
-        if sizes_in is not None and ctx.host(sizes_in, "sizes").size:
-            sizes = ctx.ints(sizes_in, "sizes")
-            scales = [o / i for o, i in zip(sizes, x.shape, strict=True)]
-        else:
-            scales = list(ctx.host(scales_in, "scales").astype(np.float64))
-            sizes = [math.floor(s * f) for s, f in zip(x.shape, scales, strict=True)]
-        ctm = ctx.attr("coordinate_transformation_mode", "half_pixel")
-    if mode not in ("nearest", "linear"):
-        raise ctx.unsupported(f"Resize mode {mode!r} (nearest and linear are supported)")
-    y = x
-    for a in range(x.ndim):
-        if sizes[a] != x.shape[a] or scales[a] != 1.0:
-            y = _resize_axis(ctx, y, a, sizes[a], scales[a], mode, ctm)
-    return y
-
-
-def _src_coord(ctx: Ctx, out: np.ndarray, n_in: int, n_out: int, scale: float, ctm: str) -> np.ndarray:
-    if ctm == "half_pixel":
-        return (out + 0.5) / scale - 0.5
-    if ctm == "pytorch_half_pixel":
-        return (out + 0.5) / scale - 0.5 if n_out > 1 else np.zeros_like(out)
-    if ctm == "align_corners":
-        return out * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(out)
-    if ctm == "asymmetric":
-        return out / scale
-    if ctm == "half_pixel_symmetric":
-        adj = n_out / (scale * n_in)
-        center = n_in / 2 * (1 - adj)
-        return (out + 0.5) / scale - 0.5 + center
-    raise ctx.unsupported(f"Resize coordinate_transformation_mode {ctm!r}")
-
-
-def _resize_axis(ctx: Ctx, x: Tensor, a: int, n_out: int, scale: float, mode: str, ctm: str) -> Tensor:
-    """Resample one axis by a constant (n_out, n_in) interpolation matrix."""
-    n_in = x.shape[a]
-    src = _src_coord(ctx, np.arange(n_out, dtype=np.float64), n_in, n_out, scale, ctm)
-    mat = np.zeros((n_out, n_in), np.float32)
-    if mode == "nearest":
-        # Upsample (opset 7-9) predates nearest_mode and always floors
-        nm = "floor" if ctx.node.op_type == "Upsample" else ctx.attr("nearest_mode", "round_prefer_floor")
-        if nm == "round_prefer_floor":
-            idx = np.where(src - np.floor(src) == 0.5, np.floor(src), np.round(src))
-        elif nm == "round_prefer_ceil":
-            idx = np.floor(src + 0.5)
-        elif nm == "floor":
-            idx = np.floor(src)
-        else:
-            idx = np.ceil(src)
-        idx = np.clip(idx, 0, n_in - 1).astype(np.int64)
-        mat[np.arange(n_out), idx] = 1.0
-    else:
-        s = np.clip(src, 0, n_in - 1)
-        lo = np.floor(s).astype(np.int64)
-        hi = np.minimum(lo + 1, n_in - 1)
-        frac = (s - lo).astype(np.float32)
-        np.add.at(mat, (np.arange(n_out), lo), 1.0 - frac)
-        np.add.at(mat, (np.arange(n_out), hi), frac)
-    moved = x.transpose(a, -1) if a != x.ndim - 1 else x
-    y = moved.astype(dtypes.float32) @ ctx.t(mat.T.copy())
-    y = y.astype(x.dtype)
-    return y.transpose(a, -1) if a != x.ndim - 1 else y
-
-
-register("Resize", _resize)
-register("Upsample", _resize)
