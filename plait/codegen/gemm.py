@@ -46,13 +46,15 @@ class Epilogue:
     extra: tuple[Node, ...]
 
 
-def _epi(r: Any, epi: Epilogue | None, value: str, index: str, indent: str) -> tuple[str, str, str]:
+def _epi(
+    r: Any, epi: Epilogue | None, value: str, index: str, indent: str, idx_t: str = "long"
+) -> tuple[str, str, str]:
     """(statements, result expression, extra kernel parameters) for storing `value` at linear `index`."""
     if epi is None:
         return "", value, ""
     args = {n.uid: f"e{i}" for i, n in enumerate(epi.extra)}
-    b = ExprBuilder(r, args, "long", subst={epi.mm.uid: value})
-    v = b.value(epi.root, Idx(epi.root.shape, linear=b.tmp("long", index, "i")))
+    b = ExprBuilder(r, args, idx_t, subst={epi.mm.uid: value})
+    v = b.value(epi.root, Idx(epi.root.shape, linear=b.tmp(idx_t, index, "i")))
     params = "".join(", " + r.param(n.dtype, f"e{i}", False) for i, n in enumerate(epi.extra))
     return "".join(f"{indent}{ln}\n" for ln in b.lines), v, params
 
@@ -131,17 +133,26 @@ def render_c(
         mr, nv = kn["MR"], max(1, kn["NR"] // gemm_c.VW)
     else:
         mr, nv = gemm_c.pick_tile(n, m) if trans else gemm_c.pick_tile(m, n)
-    stmts, res, params = _epi(r, epi, "v", f"bz * {m * n}L + (long)(i0 + i) * {n} + j0 + j", "    ")
+    # 32-bit index arithmetic where it fits lets the compiler vectorise the epilogue (divisions by constants)
+    narrow = spec.batch * m * n < 2**31
+    index = (
+        f"(int)bz * {m * n} + (i0 + i) * {n} + j0 + j" if narrow else f"bz * {m * n}L + (long)(i0 + i) * {n} + j0 + j"
+    )
+    stmts, res, params = _epi(r, epi, "v", index, "      ", "int" if narrow else "long")
     epi_fn, extra, epilogue, holder = "0", "0", "", ""
     if epi is not None:
         loads = "".join(
             f"  const {r.storage_type(x.dtype)}* restrict e{i} = extra[{i}];\n" for i, x in enumerate(epi.extra)
         )
         epi_fn, extra = "epi_KERNEL_NAME", "extra"
-        epilogue = f"""static void epi_KERNEL_NAME(float* c, long bz, int i0, int j0, int mr, int nr, void* const* extra) {{
-{loads}  for (int i = 0; i < mr; i++) for (int j = 0; j < nr; j++) {{
-    float v = c[(long)(i0 + i) * {n} + j0 + j];
-{stmts}    c[(long)(i0 + i) * {n} + j0 + j] = {res};
+        # a simd row loop: comparisons (ReLU6's select) become masks instead of mispredicted branches
+        epilogue = f"""static void epi_KERNEL_NAME(float* restrict c, long bz, int i0, int j0, int mr, int nr, void* const* extra) {{
+{loads}  for (int i = 0; i < mr; i++) {{
+#pragma omp simd
+    for (int j = 0; j < nr; j++) {{
+      float v = c[(long)(i0 + i) * {n} + j0 + j];
+{stmts}      c[(long)(i0 + i) * {n} + j0 + j] = {res};
+    }}
   }}
 }}
 """
