@@ -5,8 +5,11 @@ A runtime module (cpu.py, opencl.py) subclasses these and is listed in plait.run
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +70,29 @@ def join_sources(kernels: list[tuple[str, str]]) -> str:
         seen.add(head)
         parts.append(head + body)
     return "\n".join(parts)
+
+
+def split_batch(kernels: list[tuple[str, str]], parts: int) -> list[list[tuple[str, str]]]:
+    """Deal (source, name) pairs into at most `parts` groups of about equal source length (largest first, each to
+    the lightest group), so a plan's kernels build as several compiler runs in parallel. Deterministic: the same
+    kernels give the same groups, hence the same cache keys."""
+    groups: list[list[tuple[str, str]]] = [[] for _ in range(max(1, min(parts, len(kernels))))]
+    sizes = [0] * len(groups)
+    for src, name in sorted(kernels, key=lambda k: (-len(k[0]), k[1])):
+        i = sizes.index(min(sizes))
+        groups[i].append((src, name))
+        sizes[i] += len(src)
+    return groups
+
+
+def build_parallel(build: Callable[[list[tuple[str, str]]], None], kernels: list[tuple[str, str]]) -> None:
+    """Run `build` on groups of `kernels` (split_batch), one thread per core: compilers run outside the GIL."""
+    groups = split_batch(kernels, os.cpu_count() or 1)
+    if len(groups) == 1:
+        build(groups[0])
+        return
+    with ThreadPoolExecutor(len(groups)) as pool:
+        list(pool.map(build, groups))
 
 
 class Program:

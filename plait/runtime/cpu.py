@@ -19,7 +19,7 @@ from plait import settings
 from plait.codegen.c import CRenderer
 from plait.errors import CompileError, DeviceError
 from plait.runtime import cache
-from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, join_sources
+from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, build_parallel, join_sources
 
 # Idle OpenMP threads must sleep, not spin: on a loaded 2-core machine spinning threads starve real work.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -111,22 +111,27 @@ class CPUDevice(Device):
         return cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), source)
 
     def compile_batch(self, kernels: list[tuple[str, str]]) -> list[Program]:
-        """All kernels of a plan in one translation unit: one compiler run instead of one per kernel."""
+        """A plan's kernels as one translation unit per core, compiled in parallel: a few compiler runs instead of
+        one per kernel, and not one long serial one."""
         todo = [(src, name) for src, name in kernels if self._key(src) not in self._programs]
         todo = list(dict((name, (src, name)) for src, name in todo).values())  # a kernel used twice is built once
         if len(todo) > 1:
-            joined = join_sources(todo)
-            key = cache.key_of("cpu-batch", self.info.driver, " ".join(FLAGS + LIBS), joined)
-            try:
-                lib = self._load(key, joined)
-            except CompileError:
-                lib = None  # build them one by one below, so the error names the kernel that fails
-            if lib is not None:
-                for src, name in todo:
-                    fn = getattr(lib, name)
-                    fn.restype = None
-                    self._programs[self._key(src)] = CPUProgram(fn)
+            build_parallel(self._build_group, todo)
         return [self.compile(src, name) for src, name in kernels]
+
+    def _build_group(self, group: list[tuple[str, str]]) -> None:
+        if len(group) < 2:
+            return  # compile() builds a lone kernel under its own key
+        joined = join_sources(group)
+        key = cache.key_of("cpu-batch", self.info.driver, " ".join(FLAGS + LIBS), joined)
+        try:
+            lib = self._load(key, joined)
+        except CompileError:
+            return  # compile() builds them one by one, so the error names the kernel that fails
+        for src, name in group:
+            fn = getattr(lib, name)
+            fn.restype = None
+            self._programs[self._key(src)] = CPUProgram(fn)
 
     def _load(self, key: str, source: str) -> ctypes.CDLL:
         binary = cache.get("cpu", key)

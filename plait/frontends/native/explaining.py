@@ -28,9 +28,20 @@ def _onnx_plan(session: Any, inputs: tuple[Any, ...]) -> Plan:
             "plait.explain(session, feed): an InferenceSession takes one feed dict {input name: array}, got "
             f"{len(inputs)} argument(s)"
         )
-    session.run(None, inputs[0])
-    # The session keeps one compiled plan per input signature; this run made (or reused) the one for this feed.
-    plan: Plan | None = session._compile(session._check_feed(inputs[0])).plan
+    # The session compiles (or reuses) one plan per input signature inside run(); note which one this feed used.
+    used: list[Any] = []
+    compile_plan = session._compile
+
+    def record(*args: Any, **kwargs: Any) -> Any:
+        used.append(compile_plan(*args, **kwargs))
+        return used[-1]
+
+    session._compile = record
+    try:
+        session.run(None, inputs[0])
+    finally:
+        del session._compile
+    plan: Plan | None = used[-1].plan if used else None
     if plan is None:
         raise PlaitError("plait.explain(session, feed): the model's outputs need no kernels (constants or inputs)")
     return plan
