@@ -1,5 +1,6 @@
 """ONNX benchmark: the five benchmark CNNs exported from PyTorch, run by plait.onnx and by ONNX Runtime (CPU
-provider, intra_op_num_threads=2, OMP_WAIT_POLICY=PASSIVE) in the same process on the same data.
+provider) in the same process on the same data, with the same thread budget: ORT intra_op_num_threads=2 and
+plait's cpu device PLAIT_NUM_THREADS=2 (--threads), OMP_WAIT_POLICY=PASSIVE for both.
 
     .venv/bin/python benchmarks/bench_onnx.py [--models resnet18 ...] [--batches 1 16] [--device cpu]
 
@@ -17,6 +18,7 @@ import warnings
 from functools import partial
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("PLAIT_NUM_THREADS", "2")  # read by plait's cpu device when it loads
 
 import numpy as np
 import onnxruntime as ort
@@ -58,11 +60,14 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=20.0)
     args = ap.parse_args()
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
+    threads = int(os.environ["PLAIT_NUM_THREADS"])
+    opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     print(
-        f"date {datetime.date.today()}, device {args.device}, {platform.processor() or platform.machine()},"
-        f" {os.cpu_count()} cores, plait {plait.__version__}, onnxruntime {ort.__version__}, torch {torch.__version__}"
+        f"date {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, device {args.device},"
+        f" {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average"
+        f" {' '.join(f'{v:.1f}' for v in os.getloadavg())}, threads {threads} (plait and ORT),"
+        f" plait {plait.__version__}, onnxruntime {ort.__version__}, torch {torch.__version__}"
     )
     print(
         "| model | batch | plait median ms (p25-p75) | ORT median ms (p25-p75) | plait / ORT | first run (compile) s |"
@@ -88,6 +93,7 @@ def main() -> None:
                 f" | {p['median_ms'] / o['median_ms']:.2f} | {first:.1f} |",
                 flush=True,
             )
+    print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":
