@@ -3,6 +3,8 @@ templates, on a large square and on convolution-shaped products, against PyTorch
 CUDA is present; each result's max error relative to a float64 product is printed next to PyTorch FP32's.
 
     tools/gpu-run.sh python3 benchmarks/bench_gemm_tc.py --device opencl:0 [--shapes 4096x4096x4096 ...]
+
+The first line per shape is the configuration plans pick (tuning cache, else the heuristic).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from plait.codegen import gemm
 from plait.codegen.gemm import GemmSpec
 from plait.codegen.gemm_tc import mma_tf32_unsupported
 from plait.runtime import get_device
-from plait.tune import GEMM_CANDIDATES
+from plait.tune import GEMM_CANDIDATES, knobs_for
 
 
 def _time(fn: Any, sync: Any, reps: int = 5, inner: int = 10) -> float:
@@ -45,6 +47,7 @@ def main() -> None:
     ap.add_argument("--device", default="opencl:0")
     ap.add_argument("--shapes", nargs="+", default=["4096x4096x4096", "64x256x3136x576", "64x512x784x1152"])
     ap.add_argument("--tc-only", action="store_true", help="time only the tensor-core configurations")
+    ap.add_argument("--fold", action="store_true", help="also time each tensor-core configuration with FOLD=1")
     args = ap.parse_args()
     dev = get_device(args.device)
     why = mma_tf32_unsupported(dev)
@@ -59,6 +62,8 @@ def main() -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     configs = [] if why else list(GEMM_CANDIDATES["tc"])
+    if args.fold:
+        configs += [{**c, "FOLD": 1} for c in configs]
     if not args.tc_only or why:
         configs += GEMM_CANDIDATES["opencl"]
     rng = np.random.default_rng(0)
@@ -84,7 +89,7 @@ def main() -> None:
         bufs = [al.alloc(4 * bsz * m * n), al.alloc(a.nbytes), al.alloc(b.nbytes)]
         al.copy_in(bufs[1], a)
         al.copy_in(bufs[2], b)
-        for knobs in configs:
+        for knobs in [knobs_for(dev, "gemm", spec), *configs]:
             kern = gemm.render_opencl(spec, knobs, dev.renderer)
             t0 = time.perf_counter()
             try:

@@ -147,9 +147,12 @@ class _Operand:
     `kmajor` (contiguous along K in memory) keeps the local tile as [row][BK + 4]; otherwise [k][rows + 8]. Both
     paddings make a warp's fragment loads (8 rows x 4 k per register) hit 32 different banks."""
 
-    def __init__(self, name: str, rows: int, size: int, bk: int, sr: int, sk: int, aligned: bool, nt: int):
+    def __init__(
+        self, name: str, rows: int, size: int, bk: int, sr: int, sk: int, aligned: bool, nt: int, row: str = ""
+    ):
         self.name, self.rows, self.size, self.bk = name, rows, size, bk
         self.sr, self.sk = sr, sk
+        self.row = row or f"(long)(ROW) * {sr}"  # address of row ROW (its k = 0 element)
         self.kmajor = sk == 1
         self.stride = bk + 4 if self.kmajor else rows + 8
         contiguous = sk == 1 or sr == 1
@@ -181,7 +184,7 @@ class _Operand:
             conds = [] if full_r else [f"{r0} + r < {self.size}"]
             if not full_k:
                 conds.append(f"{k0} + k < K_")
-            addr = f"(long)({r0} + r) * {self.sr} + (long)({k0} + k) * {self.sk}"
+            addr = f"{self.row.replace('ROW', f'{r0} + r')} + (long)({k0} + k) * {self.sk}"
             load = f"vload4(0, {x} + {addr})" if self.vec == 4 else f"{x}[{addr}]"
             zero = "(float4)(0.0f)" if self.vec == 4 else "0.0f"
             val = f"({' && '.join(conds)}) ? {load} : {zero}" if conds else load
@@ -306,10 +309,27 @@ def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue |
     _, _, sam, sak = spec.a
     _, _, sbk, sbn = spec.b
     a = _Operand("A", bm, m, bk, sam, sak, _aligned(spec, "a"), nt)
-    b = _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt)
-    full_m, full_n, full_k = m % bm == 0, n % bn == 0, k % bk == 0
+    fold = bool(kn.get("FOLD"))
+    if fold:
+        # batch folded into the columns: column gn of the one big product is column gn % n of batch gn / n
+        if spec.a[1] or spec.a_inner:
+            raise UnsupportedError(f"3xTF32 GEMM {spec}: FOLD=1 needs an A shared by every batch (batch stride 0)")
+        _, sbb, _, _ = spec.b
+        img, col = "(long)((ROW) / {n})", "(long)((ROW) % {n})"
+        batch_off = (
+            f"{img} * {sbb}"
+            if spec.inner == 1
+            else f"{img} / {spec.inner} * {sbb} + {img} % {spec.inner} * {spec.b_inner}"
+        )
+        b_row = f"{batch_off} + {col} * {sbn}".replace("{n}", str(n))
+        b = _Operand("B", bn, spec.batch * n, bk, sbn, sbk, _aligned(spec, "b"), nt, b_row)
+        c_at = f"(long)(gn / {n}) * {m * n} + (long)gm * {n} + gn % {n}"
+    else:
+        b = _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt)
+        c_at = f"bz * {m * n}L + (long)gm * {n} + gn"
+    full_m, full_n, full_k = m % bm == 0, b.size % bn == 0, k % bk == 0
     mi, ni = wm // 16, wn // 8
-    stmts, res, params = _epi(r, epi, "acc[mi][ni][q]", f"bz * {m * n}L + (long)gm * {n} + gn", "          ")
+    stmts, res, params = _epi(r, epi, "acc[mi][ni][q]", c_at, "          ")
     kt = -(-k // bk)
     src = f"""/* KERNEL_NAME */
 {_EMU_HELPERS if emu else _PTX_HELPERS}#define K_ {k}
@@ -342,14 +362,14 @@ __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__gl
     for (int ni = 0; ni < {ni}; ni++)
       for (int q = 0; q < 4; q++) {{
         const int gm = m0 + wr + mi * 16 + g + (q >> 1) * 8, gn = n0 + wc + ni * 8 + 2 * t + (q & 1);
-        if (gm < {m} && gn < {n}) {{
-{stmts}          c[(long)gm * {n} + gn] = {res};
+        if (gm < {m} && gn < {b.size}) {{
+{stmts}          C[{c_at}] = {res};
         }}
       }}
 }}
 #undef K_
 """
-    gs = (-(-n // bn) * nt, -(-m // bm), spec.batch)
+    gs = (-(-b.size // bn) * nt, -(-m // bm), 1 if fold else spec.batch)
     return _finish("GEMM3XTF32EMU" if emu else "GEMM3XTF32", spec, src, gs, (nt, 1, 1))
 
 

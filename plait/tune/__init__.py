@@ -48,11 +48,20 @@ def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
 
 
 def _tc_heuristic(spec: Any) -> dict[str, int]:
-    """Tensor-core tiles: 128x128 blocks when there are enough of them to fill the GPU, else 64x64."""
-    blocks = spec.batch * -(-spec.m // 128) * -(-spec.n // 128)
-    if blocks >= 132:
-        return {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32}
-    return {"V": 3, "MMA": 1, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32}
+    """Tensor-core tiles (from the sweeps of benchmarks/bench_gemm_tc.py on an H100): a batch of narrow products
+    sharing A (late convolution layers) folds into one wide product when whole tiles would waste over 10% of their
+    columns; 64-row tiles for 64-row products; small tiles when big ones would leave the GPU idle."""
+    shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0
+    fold = shared_a and -(-spec.n // 128) * 128 > 1.1 * spec.n
+    cols, batches = (spec.batch * spec.n, 1) if fold else (spec.n, spec.batch)
+    extra = {"FOLD": 1} if fold else {}
+    if batches * -(-spec.m // 128) * -(-cols // 128) < 132:
+        return {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 16, **extra}
+    if spec.m <= 64:
+        return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra}
+    if spec.m >= 1024 and cols >= 1024:
+        return {"V": 3, "BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, **extra}
+    return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, **extra}
 
 
 def knobs_for(device: Device, kind: str, spec: Any) -> dict[str, int]:
@@ -88,6 +97,10 @@ GEMM_CANDIDATES = {
         {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64, "KS": 2},
         {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 2},
         {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 32, "WN": 64},
+        {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2},
+        {"V": 3, "BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64},
+        {"V": 3, "BM": 256, "BN": 128, "BK": 8, "WM": 64, "WN": 64},
+        {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32, "KS": 2},
         {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32},
         {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64},
         {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32},

@@ -100,12 +100,36 @@ def test_two_level_batch_strides(device):
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize(("n", "tb"), [(7, False), (12, False), (9, True)])
+def test_batch_folded_into_columns(device, n, tb):
+    """FOLD=1: a shared A times many narrow B (a late convolution layer at batch 64) as one wide product."""
+    rng = np.random.default_rng(n)
+    batch, m, k = 5, 20, 24
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((batch, k, n), dtype=np.float32)
+    bm = np.ascontiguousarray(b.transpose(0, 2, 1)) if tb else b
+    sb = (0, k * n, 1, k) if tb else (0, k * n, n, 1)
+    spec = GemmSpec(batch, m, n, k, (0, 0, k, 1), sb)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    for mma in _paths(device):
+        got, _ = _run(device, spec, {**SMALL, "MMA": mma, "FOLD": 1}, a, bm)
+        assert _rel_err(got, ref) < 1e-6
+    with pytest.raises(UnsupportedError, match="FOLD=1 needs an A shared"):
+        gemm.render_opencl(GemmSpec(batch, m, n, k, (0, m * k, k, 1), sb), {**SMALL, "FOLD": 1})
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
 def test_plans_use_the_template_with_fused_epilogues(device, monkeypatch):
     """Convolution (im2col + batched GEMM + bias + relu) and a linear layer through whole plans: the kernel names
     show the tensor-core template was chosen, and the results match PyTorch."""
     dev = get_device(device)
     mma = _paths(device)[-1]
-    monkeypatch.setattr(plait.tune, "_heuristic", lambda device, kind, spec: {**WIDE, "MMA": mma})
+
+    def knobs(device: object, kind: str, spec: GemmSpec) -> dict[str, int]:
+        shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0  # the convolution: images fold into N
+        return {**WIDE, "MMA": mma, "FOLD": int(shared_a)}
+
+    monkeypatch.setattr(plait.tune, "_heuristic", knobs)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 5, 11, 9), dtype=np.float32)
     w = rng.standard_normal((12, 5, 3, 3), dtype=np.float32)
