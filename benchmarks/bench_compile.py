@@ -3,7 +3,8 @@
 Each (model, cache state) runs in a fresh Python process, so nothing is remembered in memory between them; the cold
 run gets an empty PLAIT_CACHE_DIR, the warm run then reuses that folder. The first call is split into building the
 plait model (weights), tracing + scheduling + rendering (Python), building the kernels (the device compiler: gcc on
-cpu, the OpenCL driver on GPUs) and the first execution.
+cpu, the OpenCL driver on GPUs) and the first execution; "compiler CPU s" is the CPU time of the compiler processes
+(gcc; 0 for OpenCL, whose driver builds in-process), which does not depend on how busy the machine is.
 
     python benchmarks/bench_compile.py --device cpu --models alexnet,resnet18,resnet50,vgg16,mobilenet_v2
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,6 +60,9 @@ def measure(model: str, device: str, batch: int) -> dict[str, float]:
         "kernel_build_s": build_s,
         "first_run_s": t4 - t3,
         "first_call_s": t4 - t2,
+        "compiler_cpu_s": sum(
+            getattr(resource.getrusage(resource.RUSAGE_CHILDREN), f) for f in ("ru_utime", "ru_stime")
+        ),
         "total_s": t4 - t0,
     }
 
@@ -74,8 +79,10 @@ def main() -> None:
         print(json.dumps(measure(args.child, args.device, args.batch)))
         return
     rows = []
-    print("| model | cache | first call s | kernel build s | python s | first run s | model build s | import s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| model | cache | first call s | kernel build s | compiler CPU s | python s | first run s | model s | import s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="plait-compile-") as cache:
             for state in ("cold", "warm"):
@@ -86,6 +93,7 @@ def main() -> None:
                 rows.append(row)
                 print(
                     f"| {model} | {state} | {row['first_call_s']:.2f} | {row['kernel_build_s']:.2f} "
+                    f"| {row['compiler_cpu_s']:.2f} "
                     f"| {row['python_s']:.2f} | {row['first_run_s']:.2f} | {row['model_s']:.2f} | {row['import_s']:.2f} |",
                     flush=True,
                 )

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from plait.errors import CompileError
+
 
 @dataclass
 class Buffer:
@@ -93,6 +95,16 @@ def build_parallel(build: Callable[[list[tuple[str, str]]], None], kernels: list
         return
     with ThreadPoolExecutor(len(groups)) as pool:
         list(pool.map(build, groups))
+
+
+def build_each(device: Device, group: list[tuple[str, str]]) -> None:
+    """After a group's joint build failed: build its kernels one by one, still in the group's thread. A kernel that
+    fails again is left for the caller's own compile() to raise, so the error names it."""
+    for src, name in group:
+        try:
+            device.compile(src, name)
+        except CompileError:
+            continue
 
 
 class Program:

@@ -19,7 +19,7 @@ from plait import settings
 from plait.codegen.c import CRenderer
 from plait.errors import CompileError, DeviceError
 from plait.runtime import cache
-from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, build_parallel, join_sources
+from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, build_each, build_parallel, join_sources
 
 # Idle OpenMP threads must sleep, not spin: on a loaded 2-core machine spinning threads starve real work.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -127,7 +127,8 @@ class CPUDevice(Device):
         try:
             lib = self._load(key, joined)
         except CompileError:
-            return  # compile() builds them one by one, so the error names the kernel that fails
+            build_each(self, group)
+            return
         for src, name in group:
             fn = getattr(lib, name)
             fn.restype = None

@@ -16,7 +16,7 @@ import numpy as np
 from plait.codegen.opencl import OpenCLRenderer
 from plait.errors import CompileError, DeviceError
 from plait.runtime import cache
-from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, build_parallel, join_sources
+from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, build_each, build_parallel, join_sources
 
 if "OCL_ICD_VENDORS" not in os.environ and os.path.isdir("/etc/OpenCL/vendors"):
     os.environ["OCL_ICD_VENDORS"] = "/etc/OpenCL/vendors"
@@ -177,7 +177,8 @@ class OpenCLDevice(Device):
         try:
             prog = self._build(cache.key_of("opencl-batch", self.info.name, self.info.driver, joined), joined)
         except CompileError:
-            return  # compile() builds them one by one, so the error names the kernel that fails
+            build_each(self, group)
+            return
         for src, name in group:
             self._programs[cache.key_of("opencl", self.info.name, self.info.driver, src)] = CLProgram(
                 self, getattr(prog, name)
