@@ -257,6 +257,11 @@ def _scan(ctx: Ctx, ins: list[Any]) -> tuple[Any, ...]:
     dirs = list(ctx.attr("scan_input_directions", [0] * m))
     out_axes = list(ctx.attr("scan_output_axes", [0] * k))
     out_dirs = list(ctx.attr("scan_output_directions", [0] * k))
+    if len(in_axes) != m or len(dirs) != m or len(out_axes) != k or len(out_dirs) != k:
+        raise ctx.error(
+            f"scan_input_axes/directions need {m} entries and scan_output_axes/directions {k}, got"
+            f" {in_axes}, {dirs}, {out_axes}, {out_dirs}"
+        )
     states, scans = _scan_steps(ctx, body, list(ins[:n]), list(ins[n:]), in_axes, dirs)
     outs = []
     for steps, axis, d, info in zip(scans, out_axes, out_dirs, body.output[n:], strict=True):
@@ -273,9 +278,12 @@ def _scan8(ctx: Ctx, ins: list[Any], body: onnx.GraphProto, m: int) -> tuple[Any
         raise ctx.error(f"num_scan_inputs {m} does not fit {len(ins)} inputs")
     states, xs = rest[:n], rest[n:]
     batch, steps = xs[0].shape[0], xs[0].shape[1]
+    _bounded(ctx, batch * steps, "the scan (batch x sequence)")
     if ins[0] is not None and any(x != steps for x in ctx.ints(ins[0], "sequence_lens")):
         raise ctx.unsupported(f"sequence_lens other than the full length {steps} are not supported")
     dirs = list(ctx.attr("directions", [0] * m))
+    if len(dirs) != m:
+        raise ctx.error(f"directions {dirs} needs one entry per scan input ({m})")
     per_batch: list[list[Any]] = []
     for b in range(batch):
         st, scans = _scan_steps(
