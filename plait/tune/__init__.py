@@ -40,7 +40,7 @@ def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
     if kind == "gemm" and device.renderer.dialect == "opencl":
         from plait.codegen.gemm_tc import mma_tf32_unsupported
 
-        if mma_tf32_unsupported(device) is None:
+        if spec.m >= 16 and mma_tf32_unsupported(device) is None:  # fewer rows would idle most of a fragment
             return _tc_heuristic(spec)
         if spec.m * spec.n < 64 * 64 * 32:
             return {"TSM": 32, "TSN": 32, "TSK": 16, "WPTM": 2, "WPTN": 2}
@@ -50,13 +50,14 @@ def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
 def _tc_heuristic(spec: Any) -> dict[str, int]:
     """Tensor-core tiles (from the sweeps of benchmarks/bench_gemm_tc.py on an H100): a batch of narrow products
     sharing A (late convolution layers) folds into one wide product when whole tiles would waste over 10% of their
-    columns; 64-row tiles for 64-row products; small tiles when big ones would leave the GPU idle."""
+    columns; 64-row tiles for 64-row products; small tiles when big ones would leave the GPU idle. Products with
+    fewer than 16 rows (depthwise convolutions, batch-1 linear layers) keep the FP32 template (kernel kind GEMM)."""
     shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0
     fold = shared_a and -(-spec.n // 128) * 128 > 1.1 * spec.n
     cols, batches = (spec.batch * spec.n, 1) if fold else (spec.n, spec.batch)
     extra = {"FOLD": 1} if fold else {}
     if batches * -(-spec.m // 128) * -(-cols // 128) < 132:
-        return {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 16, **extra}
+        return {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, **extra}
     if spec.m <= 64:
         return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra}
     if spec.m >= 1024 and cols >= 1024:
