@@ -60,3 +60,39 @@ def _rotary(ctx: Ctx, ins: list[Any]) -> Tensor:
 
 
 register("RotaryEmbedding", _rotary)
+
+
+def _causal_conv_with_state(ctx: Ctx, ins: list[Any]) -> list[Tensor]:
+    """A depthwise causal 1-D convolution that carries its last k-1 inputs between calls (state-space and
+    linear-attention blocks): k shifted products of the state-prefixed input, then an optional SiLU."""
+    x, w = ctx.t(ins[0]), ctx.t(ins[1])
+    if x.ndim != 3 or w.ndim != 3 or w.shape[:2] != (x.shape[1], 1):
+        raise ctx.error(f"input {x.shape} must be (batch, channels, length) and weight {w.shape} (channels, 1, k)")
+    b, c, length = x.shape
+    k = w.shape[2]
+    act = ctx.attr("activation", "none")
+    if act not in ("none", "silu", "swish"):
+        raise ctx.unsupported(f"activation {act!r} (supported: none, silu, swish)")
+    past = ins[3] if len(ins) > 3 and ins[3] is not None else None
+    if past is not None and tuple(past.shape) != (b, c, k - 1):
+        raise ctx.error(f"past_state {tuple(past.shape)} must be (batch, channels, k - 1) = {(b, c, k - 1)}")
+    state = (
+        ctx.t(past).astype(x.dtype) if past is not None else Tensor.zeros(b, c, k - 1, dtype=x.dtype, device=x.device)
+    )
+    padded = cat([state, x], -1) if k > 1 else x
+    wf = w.astype(dtypes.float32).reshape(c, k)
+    out = padded[..., 0:length].astype(dtypes.float32) * wf[:, 0:1]
+    for j in range(1, k):
+        out = out + padded[..., j : j + length].astype(dtypes.float32) * wf[:, j : j + 1]
+    if len(ins) > 2 and ins[2] is not None:
+        out = out + ctx.t(ins[2]).astype(dtypes.float32).reshape(c, 1)
+    out = out.astype(x.dtype)
+    if act != "none":
+        out = (out.astype(dtypes.float32) * out.astype(dtypes.float32).sigmoid()).astype(x.dtype)
+    present = (
+        padded[..., padded.shape[-1] - (k - 1) :] if k > 1 else Tensor.zeros(b, c, 0, dtype=x.dtype, device=x.device)
+    )
+    return [out, present]
+
+
+register("CausalConvWithState", _causal_conv_with_state)
