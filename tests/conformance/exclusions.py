@@ -60,7 +60,6 @@ EXCLUDED: dict[str, str] = {
     "test_bernoulli_seed_expanded": "operator RandomUniformLike is not implemented",
     "test_bitcast_float64_to_int64": "BitCast of 64-bit types needs 64-bit float arithmetic: plait computes double in float32, so the bits cannot be exact",
     "test_bitcast_int64_to_float64": "BitCast of 64-bit types needs 64-bit float arithmetic: plait computes double in float32, so the bits cannot be exact",
-    "test_compress_bfloat16": "element type bfloat16 is not a plait dtype",
     "test_deform_conv_with_mask_bias": "operator DeformConv is not implemented",
     "test_deform_conv_with_multiple_offset_groups": "operator DeformConv is not implemented",
     "test_dft_inverse": "the reference's float32 FFT leaves 1.9e-7 rounding noise where the exact result is 0; plait's DFT gives ~3e-15 there, outside the runner's atol 1e-7",
@@ -111,7 +110,6 @@ EXCLUDED: dict[str, str] = {
     "test_regex_full_match_basic": "operator RegexFullMatch is not implemented",
     "test_regex_full_match_email_domain": "operator RegexFullMatch is not implemented",
     "test_regex_full_match_empty": "operator RegexFullMatch is not implemented",
-    "test_reversesequence_bfloat16": "element type bfloat16 is not a plait dtype",
     "test_string_concat": "operator StringConcat is not implemented",
     "test_string_concat_broadcasting": "operator StringConcat is not implemented",
     "test_string_concat_empty_string": "operator StringConcat is not implemented",
@@ -140,5 +138,4 @@ EXCLUDED: dict[str, str] = {
     "test_training_dropout_default": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy\'s seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
     "test_training_dropout_default_mask": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy\'s seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
     "test_training_dropout_mask": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy\'s seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
-    "test_unique_bfloat16_sorted_without_axis": "element type bfloat16 is not a plait dtype",
 }
