@@ -219,13 +219,27 @@ def bits_float(b: Tensor, ebits: int, mbits: int) -> Tensor:
 IEEE: dict[int, tuple[int, int]] = {TP.FLOAT: (8, 23), TP.FLOAT16: (5, 10), TP.BFLOAT16: (8, 7)}
 
 
-def value_types(model: onnx.ModelProto) -> dict[str, int]:
-    """The ONNX element type of each named value in `model`'s main graph (declared, or from shape inference),
-    so that an op can ask for the type of an input that plait stores in a wider dtype (CastLike's target)."""
-    try:
-        graph = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # inference is advisory: keep what the model declares
-        graph = model.graph
+class ValueTypes:
+    """The ONNX element type of each named value of a model's main graph, so that an op can ask for the type of an
+    input that plait holds in a wider dtype (CastLike's target, QuantizeLinear's zero point). Declared types come
+    first; shape inference runs once, on the first name they miss (it copies the model, so only models that ask pay)."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self._model = model
+        self._types = _types_of(model.graph)
+        self._inferred = False
+
+    def get(self, name: str) -> int | None:
+        if name not in self._types and not self._inferred:
+            self._inferred = True
+            try:
+                self._types = _types_of(onnx.shape_inference.infer_shapes(self._model).graph) | self._types
+            except Exception:  # inference is advisory: keep what the model declares
+                pass
+        return self._types.get(name)
+
+
+def _types_of(graph: onnx.GraphProto) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in [*graph.input, *graph.value_info, *graph.output]:
         if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:

@@ -20,7 +20,7 @@ from plait.dtypes import DType
 from plait.frontends.native.tensor import Tensor
 from plait.graph.node import Node, toposort
 from plait.onnx.errors import NeedValue, OnnxModelError, OnnxUnsupportedError
-from plait.onnx.formats import STORAGE, elem_of, value_types
+from plait.onnx.formats import STORAGE, ValueTypes, elem_of
 from plait.onnx.loader import DEFAULT_DOMAINS, LoadedModel, elem_name, to_numpy
 from plait.onnx.ops import TABLE, load_all
 
@@ -129,10 +129,10 @@ class Ctx:
     def elem_type(self, i: int, v: Value) -> int:
         """The ONNX element type (TensorProto.FLOAT...) of input `i`, whose value is `v`. Types plait stores in a
         wider dtype (float8, int4...) are known from the model's declarations and shape inference, not from `v`."""
-        name = self.node.input[i] if i < len(self.node.input) else ""
-        if name in self.imp.elem_types:
-            return self.imp.elem_types[name]
-        return elem_of(v.dtype.np if isinstance(v, Tensor) else v.dtype)
+        if isinstance(v, np.ndarray):
+            return elem_of(v.dtype)
+        known = self.imp.elem_types.get(self.node.input[i])
+        return known if known is not None else elem_of(v.dtype.np)
 
     def ints(self, v: Value | None, what: str) -> list[int]:
         return [int(x) for x in self.host(v, what).reshape(-1)]
@@ -155,7 +155,7 @@ class Importer:
             t.name: to_numpy(t, self.base_dir, f"initializer {t.name!r}") for t in self.graph.initializer
         }
         self._uploads: dict[int, tuple[np.ndarray, Tensor]] = {}
-        self.elem_types = value_types(self.model)
+        self.elem_types = ValueTypes(self.model)
         self.input_names: dict[int, str] = {}
         load_all()
         self._check_ops()
