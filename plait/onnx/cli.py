@@ -60,14 +60,25 @@ def run(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         outs = sess.run(None, feed)
         times.append(time.perf_counter() - t)
-    names = [o.name for o in sess.get_outputs()]
+    arrays = _named([o.name for o in sess.get_outputs()], outs)
     print(f"model {args.model} on {sess.device}")
-    for name, arr in zip(names, outs, strict=True):
+    for name, arr in arrays.items():
         print(f"  {name}: shape {tuple(arr.shape)} {arr.dtype}")
     print(f"load + compile + first run: {first * 1e3:.1f} ms")
     if times:
         print(f"run: median {np.median(times) * 1e3:.3f} ms, min {min(times) * 1e3:.3f} ms over {len(times)} runs")
     out = Path(args.output) if args.output else Path(args.model).with_suffix(".outputs.npz")
-    np.savez(out, **dict(zip(names, outs, strict=True)))  # type: ignore[arg-type]
+    np.savez(out, **arrays)  # type: ignore[arg-type]
     print(f"outputs written to {out}")
     return 0
+
+
+def _named(names: list[str], outs: list[Any]) -> dict[str, np.ndarray]:
+    """Outputs by name; a sequence output's elements are NAME[0], NAME[1]..., an empty optional is left out."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, v in zip(names, outs, strict=True):
+        if isinstance(v, list):
+            arrays.update({f"{name}[{i}]": a for i, a in enumerate(v)})
+        elif v is not None:
+            arrays[name] = v
+    return arrays

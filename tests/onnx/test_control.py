@@ -17,6 +17,7 @@ from onnx import helper as h
 from onnx.backend.test.loader import load_node_model_tests
 from onnx.reference import ReferenceEvaluator
 
+from plait.cli import main
 from plait.errors import PlaitError
 from plait.onnx import InferenceSession
 from plait.onnx.errors import OnnxModelError, OnnxUnsupportedError
@@ -412,3 +413,18 @@ def test_loop16_seq_none_node_test_gives_the_reference_sequence() -> None:
     sess = InferenceSession(case.model, device="cpu")
     for inputs, outputs in case.data_sets:
         _same(sess.run(None, dict(zip([i.name for i in sess.get_inputs()], inputs, strict=True))), list(outputs))
+
+
+def test_plait_run_writes_sequence_outputs_element_by_element(tmp_path: Any, capsys: Any) -> None:
+    nodes = [h.make_node("SplitToSequence", ["x"], ["s"], axis=0), h.make_node("Relu", ["x"], ["y"])]
+    outs = [_seq_vi("s", F, [1, 2]), _vi("y", F, [3, 2])]
+    (tmp_path / "m.onnx").write_bytes(_model(nodes, [_vi("x", F, [3, 2])], outs))
+    x = np.arange(6, dtype=np.float32).reshape(3, 2) - 2
+    np.save(tmp_path / "x.npy", x)
+    argv = ["run", str(tmp_path / "m.onnx"), "--input", f"x={tmp_path / 'x.npy'}", "--device", "cpu", "--repeat", "0"]
+    assert main(argv) == 0
+    assert "s[2]: shape (1, 2) float32" in capsys.readouterr().out
+    saved = np.load(tmp_path / "m.outputs.npz")
+    assert sorted(saved.files) == ["s[0]", "s[1]", "s[2]", "y"]
+    np.testing.assert_array_equal(saved["s[1]"], x[1:2])
+    np.testing.assert_array_equal(saved["y"], np.maximum(x, 0))
