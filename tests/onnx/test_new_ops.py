@@ -217,6 +217,23 @@ def test_det_needs_pivoting(device):
     _check(device, node, {"a": a}, tol=1e-4)
 
 
+def test_deform_conv_groups_strides_mask(device):
+    x, w = _f(1, 4, 6, 7), _f(6, 2, 2, 3)  # 2 groups; 2 offset groups; a 4x2 output
+    offset, mask, bias = _f(1, 2 * 2 * 3 * 2, 4, 2, lo=-1.5, hi=1.5), _f(1, 2 * 2 * 3, 4, 2, lo=0, hi=1), _f(6)
+    node = h.make_node(
+        "DeformConv",
+        ["x", "w", "o", "b", "m"],
+        ["y"],
+        group=2,
+        offset_group=2,
+        strides=[2, 2],
+        dilations=[1, 2],
+        pads=[1, 0, 1, 0],
+        kernel_shape=[2, 3],
+    )
+    _check(device, node, {"x": x, "o": offset, "m": mask}, {"w": w, "b": bias}, opset=22, tol=1e-4)
+
+
 # ---------------------------------------------------------------- signal
 
 

@@ -343,3 +343,54 @@ def _nms(ctx: Ctx, ins: list[Any]) -> np.ndarray:
 
 
 register("NonMaxSuppression", _nms, _nms)
+
+
+def _deform_conv(ctx: Ctx, ins: list[Any]) -> Tensor:
+    """A 2-D convolution whose taps read the input at learned offsets (bilinear, zero outside the image), scaled
+    by an optional mask: the sampled columns are gathered on the device, then one grouped GEMM."""
+    x, wt, offset = ctx.t(ins[0]), ctx.t(ins[1]), ctx.t(ins[2]).astype(F32)
+    if x.ndim != 4:
+        raise ctx.unsupported(f"input {x.shape}: only 2-D DeformConv (N, C, H, W) is implemented")
+    n, c, hgt, wid = x.shape
+    oc, cg, kh, kw = wt.shape
+    group, ogroup = int(ctx.attr("group", 1)), int(ctx.attr("offset_group", 1))
+    pads = list(ctx.attr("pads", [0, 0, 0, 0]))
+    sh, sw = ctx.attr("strides", [1, 1])
+    dh, dw = ctx.attr("dilations", [1, 1])
+    oh, ow = offset.shape[2:]
+    if cg * group != c or oc % group or c % ogroup or offset.shape[:2] != (n, ogroup * kh * kw * 2):
+        raise ctx.error(
+            f"shapes do not fit: X {x.shape}, W {wt.shape}, offset {offset.shape}, group {group}, offset_group {ogroup}"
+        )
+    off = offset.reshape(n, ogroup, kh, kw, 2, oh, ow)
+    ky = ctx.t((np.arange(kh, dtype=np.float32) * dh).reshape(1, 1, kh, 1, 1, 1))
+    kx = ctx.t((np.arange(kw, dtype=np.float32) * dw).reshape(1, 1, 1, kw, 1, 1))
+    py = ctx.t((np.arange(oh, dtype=np.float32) * sh - pads[0]).reshape(1, 1, 1, 1, oh, 1))
+    px = ctx.t((np.arange(ow, dtype=np.float32) * sw - pads[1]).reshape(1, 1, 1, 1, 1, ow))
+    ys = off[:, :, :, :, 0] + ky + py  # (N, G, kh, kw, oh, ow)
+    xs = off[:, :, :, :, 1] + kx + px
+    per = c // ogroup
+    table = x.reshape(n, ogroup, per, hgt, wid).permute(0, 1, 3, 4, 2).reshape(-1, per)
+    plane = ctx.t((np.arange(n * ogroup, dtype=np.int64) * (hgt * wid)).reshape(n, ogroup, 1, 1, 1, 1))
+    y0, x0 = ys.floor(), xs.floor()
+    cols: Tensor | None = None
+    for yi, wy in ((y0, 1.0 - (ys - y0)), (y0 + 1.0, ys - y0)):
+        for xi, wx in ((x0, 1.0 - (xs - x0)), (x0 + 1.0, xs - x0)):
+            ok = (yi >= 0.0) & (yi <= float(hgt - 1)) & (xi >= 0.0) & (xi <= float(wid - 1))
+            row = plane + yi.clip(0.0, float(hgt - 1)).astype(dtypes.int64) * wid
+            row = row + xi.clip(0.0, float(wid - 1)).astype(dtypes.int64)
+            term = _rows(table, row).astype(F32) * where(ok, wy * wx, 0.0).unsqueeze(-1)
+            cols = term if cols is None else cols + term
+    assert cols is not None  # (N, G, kh, kw, oh, ow, per)
+    if len(ins) > 4 and ins[4] is not None:
+        cols = cols * ctx.t(ins[4]).astype(F32).reshape(n, ogroup, kh, kw, oh, ow).unsqueeze(-1)
+    k = cg * kh * kw
+    cols = cols.permute(0, 1, 6, 2, 3, 4, 5).reshape(n, group, k, oh * ow)  # channel-major, as W lays it out
+    kernel = wt.astype(F32).reshape(1, group, oc // group, k)
+    out = kernel @ cols  # (N, group, oc/group, oh*ow): one batched GEMM
+    if len(ins) > 3 and ins[3] is not None:
+        out = out + ctx.t(ins[3]).astype(F32).reshape(1, group, oc // group, 1)
+    return out.reshape(n, oc, oh, ow).astype(x.dtype)
+
+
+register("DeformConv", _deform_conv)
