@@ -63,18 +63,21 @@ static float* plait_shared_scratch(size_t n) {
   return buf;
 }
 
-/* Rows [pc, pc+kc) and columns [j0, j1) of a strided B into panels of nr columns (bp[panel][p][j]), zero past n. */
+/* Rows [pc, pc+kc) and columns [j0, j1) of a strided B into panels of nr columns (bp[panel][p][j]); column j
+   lands at panel position pos + j - j0, columns past n are zero. */
 static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int j0, int j1, int n, int nr,
-                         float* bp) {
-  for (int q = j0; q < j1; q += nr) {
-    float* dst = bp + (long)(q - j0) * kc;
-    int w = n - q < nr ? (n - q > 0 ? n - q : 0) : nr;
-    for (int p = 0; p < kc; p++) {
-      const float* src = b + (long)(pc + p) * sbk + (long)q * sbn;
-      float* d = dst + (long)p * nr;
-      if (sbn == 1) memcpy(d, src, sizeof(float) * w);
-      else for (int j = 0; j < w; j++) d[j] = src[(long)j * sbn];
-      for (int j = w; j < nr; j++) d[j] = 0.0f;
+                         float* bp, int pos) {
+  for (int p = 0; p < kc; p++) {
+    const float* src = b + (long)(pc + p) * sbk;
+    for (int j = j0; j < j1;) {
+      int t = pos + j - j0, pj = t % nr, run = nr - pj;
+      if (j1 - j < run) run = j1 - j;
+      float* d = bp + (long)(t - pj) * kc + (long)p * nr + pj;
+      int w = n - j < run ? (n - j > 0 ? n - j : 0) : run;
+      if (sbn == 1) memcpy(d, src + j, sizeof(float) * w);
+      else for (int q = 0; q < w; q++) d[q] = src[(long)(j + q) * sbn];
+      for (int q = w; q < run; q++) d[q] = 0.0f;
+      j += run;
     }
   }
 }
@@ -82,16 +85,16 @@ static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int
 /* The same panels gathered from an image (channels x h x w): column j reads output position (j / ow, j % ow).
    Each output row inside a panel is one strided run of an input row, split into zero padding and a copy. */
 static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, int j0, int j1, int n, int nr,
-                           float* bp) {
+                           float* bp, int pos) {
   int kk = g->kh * g->kw, hw = g->h * g->w;
   int ci = pc / kk, ky = pc % kk / g->kw, kx = pc % g->kw;
   for (int p = 0; p < kc; p++) {
     const float* xc = x + (long)ci * hw;
     int dy = ky * g->dh - g->ph, dx = kx * g->dw - g->pw;
     for (int j = j0; j < j1;) {
-      int pj = (j - j0) % nr;
-      float* d = bp + (long)(j - j0 - pj) * kc + (long)p * nr + pj;
-      int run = nr - pj;
+      int t = pos + j - j0, pj = t % nr, run = nr - pj;
+      if (j1 - j < run) run = j1 - j;
+      float* d = bp + (long)(t - pj) * kc + (long)p * nr + pj;
       if (j >= n) {
         memset(d, 0, sizeof(float) * run);
         j += run;
@@ -111,10 +114,10 @@ static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, i
         if (lo > run) lo = run;
         if (hi > run) hi = run;
         if (hi < lo) hi = lo;
-        for (int t = 0; t < lo; t++) d[t] = 0.0f;
+        for (int q = 0; q < lo; q++) d[q] = 0.0f;
         if (s == 1) memcpy(d + lo, xr + ix0 + lo, sizeof(float) * (hi - lo));
-        else for (int t = lo; t < hi; t++) d[t] = xr[ix0 + t * s];
-        for (int t = hi; t < run; t++) d[t] = 0.0f;
+        else for (int q = lo; q < hi; q++) d[q] = xr[ix0 + q * s];
+        for (int q = hi; q < run; q++) d[q] = 0.0f;
       }
       j += run;
     }
@@ -122,6 +125,26 @@ static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, i
       kx = 0;
       if (++ky == g->kh) { ky = 0; ci++; }
     }
+  }
+}
+
+/* Panels for columns [g0, g1) of B: with `images` > 0 the columns of all images side by side (column g is column
+   g % n of image g / n; past the last image, zeros), else of the one B at `b`. */
+static void plait_pack(const float* b, long sbb, long sbi, long inner, long images, long sbk, long sbn,
+                       const plait_win* win, int pc, int kc, long g0, long g1, int n, int nr, float* bp) {
+  if (!images) {
+    if (win) plait_pack_win(b, win, pc, kc, (int)g0, (int)g1, n, nr, bp, 0);
+    else plait_pack_b(b, sbk, sbn, pc, kc, (int)g0, (int)g1, n, nr, bp, 0);
+    return;
+  }
+  for (long g = g0; g < g1;) {
+    long img = g / n < images ? g / n : images - 1;
+    long end = img == images - 1 || (img + 1) * n > g1 ? g1 : (img + 1) * n;
+    int j = (int)(g - img * n), j1 = (int)(end - img * n);
+    const float* x = b + img / inner * sbb + img % inner * sbi;
+    if (win) plait_pack_win(x, win, pc, kc, j, j1, n, nr, bp, (int)(g - g0));
+    else plait_pack_b(x, sbk, sbn, pc, kc, j, j1, n, nr, bp, (int)(g - g0));
+    g = end;
   }
 }
 //@shared-end
@@ -172,57 +195,89 @@ def _micro(mr: int, nv: int) -> str:
 
 def _driver(mr: int, nv: int) -> str:
     """The GEMM loop for one register tile: independent (batch, row block, column block) tasks under one dynamic
-    parallel loop, each packing its own B panels, so no thread ever waits for another inside a call."""
+    parallel loop, each packing its own B panels, so no thread waits for another inside a call (except after the
+    one shared packing of a narrow B whose rows are split between threads)."""
     nr = nv * VW
     t = f"{mr}x{nv}"
-    return f"""/* C[bz] = A[bz] @ B[bz] for bz < batch (bz = outer * inner + inner index), element (i, j) at i*rs + j*cs
+    return f"""/* Store a finished tile: micro-kernel result for columns [jj, jj + nr) of the merged column space (image
+   g / n, column g % n), which may span images; tmp holds the tile between k blocks when it does. */
+static void plait_tile_{t}(int kc, const float* at, long lda, const float* bp, float* C, long m, int n, int ii,
+                           long jj, int mr, int nr, int add, int last, plait_epi_fn epi, void* const* extra) {{
+  long img = jj / n;
+  int j = (int)(jj % n);
+  if (j + nr <= n) {{
+    float* c = C + img * m * n;
+    plait_micro_{t}(kc, at, lda, bp, c + (long)ii * n + j, n, 1, mr, nr, add);
+    if (epi && last) epi(c, img, ii, j, mr, nr, extra);
+    return;
+  }}
+  float tmp[{mr * nr}];
+  for (int q = 0; q < nr;) {{
+    long g = jj + q, im = g / n;
+    int jl = (int)(g % n), w = n - jl < nr - q ? n - jl : nr - q;
+    for (int i = 0; i < mr && add; i++) memcpy(tmp + i * {nr} + q, C + im * m * n + (long)(ii + i) * n + jl, 4 * w);
+    q += w;
+  }}
+  plait_micro_{t}(kc, at, lda, bp, tmp, {nr}, 1, {mr}, {nr}, add);
+  for (int q = 0; q < nr;) {{
+    long g = jj + q, im = g / n;
+    int jl = (int)(g % n), w = n - jl < nr - q ? n - jl : nr - q;
+    float* c = C + im * m * n;
+    for (int i = 0; i < mr; i++) memcpy(c + (long)(ii + i) * n + jl, tmp + i * {nr} + q, 4 * w);
+    if (epi && last) epi(c, im, ii, jl, mr, w, extra);
+    q += w;
+  }}
+}}
+
+/* C[bz] = A[bz] @ B[bz] for bz < batch (bz = outer * inner + inner index), element (i, j) at i*rs + j*cs
    (trans: the caller swapped A and B to compute C^T, which suits a narrow C); B is the patch columns of image
-   bz when win is set. epi(tile) runs on each finished tile while it is still in cache. */
+   bz when win is set. When every bz shares A and the images are narrow, their columns are merged into one wide
+   product (the weights are streamed once for all images). epi runs on each finished tile while it is in cache. */
 static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
                             long sak, const float* B, long sbb, long sbi, long sbk, long sbn, const plait_win* win,
                             float* C, int trans, plait_epi_fn epi, void* const* extra) {{
   long rs = trans ? 1 : n, cs = trans ? m : 1;
-  int panels = (n + {nr - 1}) / {nr}, blocks = (m + {mr - 1}) / {mr};
-  int cpan = panels < 8 ? panels : 8, ctasks = (panels + cpan - 1) / cpan;
-  long want = 4L * omp_get_max_threads(), per = batch * ctasks;
+  long images = batch > 1 && n < 512 && !trans && sai == 0 && (sab == 0 || batch == inner) ? batch : 0;
+  long cols = images ? batch * n : n, nb = images ? 1 : batch;
+  long panels = (cols + {nr - 1}) / {nr};
+  int blocks = (m + {mr - 1}) / {mr};
+  long cpan = panels < 8 ? panels : 8, ctasks = (panels + cpan - 1) / cpan;
+  long want = 4L * omp_get_max_threads(), per = nb * ctasks;
   int rtasks = per >= want ? 1 : (int)((want + per - 1) / per);
   if (rtasks > blocks) rtasks = blocks;
   int rblk = (blocks + rtasks - 1) / rtasks;
   rtasks = (blocks + rblk - 1) / rblk;
   int nkb = (k + {KC_MAX - 1}) / {KC_MAX}, kcm = (k + nkb - 1) / nkb;
-  long tasks = per * rtasks, npad = (long)panels * {nr};
+  long tasks = per * rtasks, npad = panels * {nr};
   /* split rows share one packing of B (per image: every k block, all panels) instead of each packing it again */
-  float* shared = rtasks > 1 ? plait_shared_scratch((size_t)(batch * k * npad)) : 0;
+  float* shared = rtasks > 1 ? plait_shared_scratch((size_t)(nb * k * npad)) : 0;
 #pragma omp parallel
   {{
     if (shared) {{
 #pragma omp for schedule(dynamic, 1)
-      for (long u = 0; u < batch * nkb; u++) {{
+      for (long u = 0; u < nb * nkb; u++) {{
         long bz = u / nkb;
         int pc = (int)(u % nkb) * kcm, kc = k - pc < kcm ? k - pc : kcm;
-        const float* b = B + bz / inner * sbb + bz % inner * sbi;
-        float* dst = shared + bz * k * npad + pc * npad;
-        if (win) plait_pack_win(b, win, pc, kc, 0, (int)npad, n, {nr}, dst);
-        else plait_pack_b(b, sbk, sbn, pc, kc, 0, (int)npad, n, {nr}, dst);
+        const float* b = images ? B : B + bz / inner * sbb + bz % inner * sbi;
+        plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, 0, npad, n, {nr}, shared + bz * k * npad + pc * npad);
       }}
     }}
 #pragma omp for schedule(dynamic, 1)
     for (long task = 0; task < tasks; task++) {{
       long bz = task / (ctasks * rtasks);
-      int rt = (int)(task / ctasks % rtasks), ct = (int)(task % ctasks);
+      int rt = (int)(task / ctasks % rtasks);
+      long ct = task % ctasks;
       int i0 = rt * rblk * {mr}, i1 = i0 + rblk * {mr} < m ? i0 + rblk * {mr} : m;
-      int j0 = ct * cpan * {nr}, j1 = j0 + cpan * {nr};
-      if (j1 > npad) j1 = (int)npad;
+      long j0 = ct * cpan * {nr}, j1 = j0 + cpan * {nr} < npad ? j0 + cpan * {nr} : npad;
       const float* a = A + bz / inner * sab + bz % inner * sai;
-      const float* b = B + bz / inner * sbb + bz % inner * sbi;
+      const float* b = images ? B : B + bz / inner * sbb + bz % inner * sbi;
       float* c = C + bz * (long)m * n;
       float* ap = plait_scratch((size_t)kcm * (j1 - j0) + (size_t)kcm * (i1 - i0 + {mr}));
       float* bp = ap + (size_t)kcm * (i1 - i0 + {mr});
       for (int pc = 0; pc < k; pc += kcm) {{
-        int kc = k - pc < kcm ? k - pc : kcm;
-        if (shared) bp = shared + bz * k * npad + pc * npad + (long)j0 * kc;
-        else if (win) plait_pack_win(b, win, pc, kc, j0, j1, n, {nr}, bp);
-        else plait_pack_b(b, sbk, sbn, pc, kc, j0, j1, n, {nr}, bp);
+        int kc = k - pc < kcm ? k - pc : kcm, last = pc + kc >= k;
+        if (shared) bp = shared + bz * k * npad + pc * npad + j0 * kc;
+        else plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, j0, j1, n, {nr}, bp);
         /* rows are read in place when contiguous along k; else (and a partial last block) packed, zero-padded */
         int direct = sak == 1, packed_to = i1;
         if (!direct || (i1 - i0) % {mr}) {{
@@ -233,14 +288,19 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
               ap[(long)i * kc + p] = from + i < i1 ? a[(long)(from + i) * sam + (long)(pc + p) * sak] : 0.0f;
           packed_to = from;
         }}
-        for (int jj = j0; jj < j1; jj += {nr})
+        for (long jj = j0; jj < j1; jj += {nr})
           for (int ii = i0; ii < i1; ii += {mr}) {{
-            int mr = i1 - ii < {mr} ? i1 - ii : {mr}, nr = n - jj < {nr} ? n - jj : {nr};
+            int mr = i1 - ii < {mr} ? i1 - ii : {mr}, nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
             const float* at = ii < packed_to ? a + (long)ii * sam + pc : ap + (long)(ii - packed_to) * kc;
             long lda = ii < packed_to ? sam : kc;
-            plait_micro_{t}(kc, at, lda, bp + (long)(jj - j0) * kc, c + ii * rs + jj * cs, rs, cs, mr, nr, pc > 0);
-            if (epi && pc + kc >= k) {{
-              if (trans) epi(c, bz, jj, ii, nr, mr, extra); else epi(c, bz, ii, jj, mr, nr, extra);
+            const float* panel = bp + (jj - j0) * kc;
+            if (images) {{
+              plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, pc > 0, last, epi, extra);
+              continue;
+            }}
+            plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, pc > 0);
+            if (epi && last) {{
+              if (trans) epi(c, bz, (int)jj, ii, nr, mr, extra); else epi(c, bz, ii, (int)jj, mr, nr, extra);
             }}
           }}
       }}

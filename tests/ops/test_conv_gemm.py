@@ -85,3 +85,11 @@ def test_pick_tile_avoids_padding():
     assert gemm_c.pick_tile(64, 3136) in {(8, 3), (6, 4)}
     _, nv = gemm_c.pick_tile(512, 49)
     assert -(-49 // (nv * gemm_c.VW)) * nv * gemm_c.VW == 64
+
+
+@pytest.mark.parametrize("batch,m,n,k", [(3, 30, 49, 70), (5, 7, 13, 9), (2, 40, 600, 33)])
+def test_batched_gemm_with_shared_weights(batch, m, n, k):
+    """One weight matrix against a batch of narrow operands: the columns of all batch entries form one product."""
+    a, b = rand((m, k)), rand((batch, k, n), seed=1)
+    got = (plait.tensor(a, device="cpu") @ plait.tensor(b, device="cpu")).relu().numpy()
+    assert_close(got, np.maximum(a @ b, 0), "float32", f"batched matmul {batch}x{m}x{n}x{k}", tol_scale=10)
