@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", default=["4096x4096x4096", "64x256x3136x576", "64x512x784x1152"])
     ap.add_argument("--tc-only", action="store_true", help="time only the tensor-core configurations")
     ap.add_argument("--fold", action="store_true", help="also time each tensor-core configuration with FOLD=1")
+    ap.add_argument("--small", action="store_true", help="the tensor-core configurations for few output tiles")
     args = ap.parse_args()
     dev = get_device(args.device)
     why = mma_tf32_unsupported(dev)
@@ -61,7 +62,7 @@ def main() -> None:
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    configs = [] if why else list(GEMM_CANDIDATES["tc"])
+    configs = [] if why else list(GEMM_CANDIDATES["tc_small" if args.small else "tc"])
     if args.fold:
         configs += [{**c, "FOLD": 1} for c in configs]
     if not args.tc_only or why:

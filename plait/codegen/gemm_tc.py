@@ -291,51 +291,73 @@ def _mma_step(mi: int, ni: int, ks: int, emu: bool, a: _Operand, b: _Operand) ->
 def check_knobs(kn: dict[str, int]) -> None:
     """Raise a clear error for a tile shape the template cannot run (warp tiles in 16x8 fragments)."""
     bm, bn, bk, wm, wn = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"]
-    ok = bm % wm == 0 and bn % wn == 0 and wm % 16 == 0 and wn % 8 == 0 and bk % (8 * kn.get("KS", 1)) == 0
+    ok = bm % wm == 0 and bn % wn == 0 and wm % 16 == 0 and wn % 8 == 0
+    ok = ok and bk % (8 * kn.get("KS", 1) * kn.get("WK", 1)) == 0
     if not ok:
         raise UnsupportedError(
-            f"3xTF32 GEMM knobs {kn}: need BM % WM == BN % WN == 0, WM % 16 == WN % 8 == BK % (8 * KS) == 0"
+            f"3xTF32 GEMM knobs {kn}: need BM % WM == BN % WN == 0, WM % 16 == WN % 8 == BK % (8 * KS * WK) == 0"
         )
+
+
+def _b_operand(spec: GemmSpec, bn: int, bk: int, nt: int, fold: bool) -> tuple[_Operand, str]:
+    """B's tile loader and the linear index of output element (gm, gn) in C. With `fold` the batch runs along
+    the columns: column gn of the one wide product is column gn % n of batch gn / n."""
+    m, n = spec.m, spec.n
+    _, sbb, sbk, sbn = spec.b
+    if not fold:
+        return _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt), f"bz * {m * n}L + (long)gm * {n} + gn"
+    if spec.a[1] or spec.a_inner:
+        raise UnsupportedError(f"3xTF32 GEMM {spec}: FOLD=1 needs an A shared by every batch (batch stride 0)")
+    img, col = f"(long)((ROW) / {n})", f"(long)((ROW) % {n})"
+    inner = spec.inner
+    batch_off = f"{img} * {sbb}" if inner == 1 else f"{img} / {inner} * {sbb} + {img} % {inner} * {spec.b_inner}"
+    b = _Operand("B", bn, spec.batch * n, bk, sbn, sbk, _aligned(spec, "b"), nt, f"{batch_off} + {col} * {sbn}")
+    return b, f"(long)(gn / {n}) * {m * n} + (long)gm * {n} + gn % {n}"
+
+
+def _reduce_warps(wk: int, warps: int, mi: int, ni: int) -> str:
+    """With WK warps along K, warps wk > 0 hand their sums to warp group 0 through local memory."""
+    if wk == 1:
+        return ""
+    per = mi * ni * 4 * 32
+
+    def slot(group: str) -> str:
+        return f"red[(({group} - 1) * {warps} + w2) * {per} + ((i * {ni} + j) * 4 + q) * 32 + lane]"
+
+    loops = f"for (int i = 0; i < {mi}; i++) for (int j = 0; j < {ni}; j++) for (int q = 0; q < 4; q++)"
+    return f"""  __local float red[{(wk - 1) * warps * per}];
+  if (wk > 0)
+    {loops} {slot("wk")} = acc[i][j][q];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (wk == 0)
+    for (int h = 1; h < {wk}; h++)
+      {loops} acc[i][j][q] += {slot("h")};
+"""
 
 
 def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
-    """The 3xTF32 GEMM for `spec`: block tile BM x BN, K tile BK, one warp per WM x WN sub-tile."""
+    """The 3xTF32 GEMM for `spec`: block tile BM x BN, K tile BK, one warp per WM x WN sub-tile, WK warps
+    splitting each K tile (their sums meet in local memory)."""
     kn = {**TC_DEFAULT, **knobs}
     check_knobs(kn)
     bm, bn, bk, wm, wn, ks, emu = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"], kn["KS"], not kn["MMA"]
-    warps_n = bn // wn
-    nt = (bm // wm) * warps_n * 32
-    m, n, k = spec.m, spec.n, spec.k
+    wk = kn.get("WK", 1)
+    warps_n, warps = bn // wn, (bm // wm) * (bn // wn)
+    nt = wk * warps * 32
+    m, k = spec.m, spec.k
     _, _, sam, sak = spec.a
-    _, _, sbk, sbn = spec.b
     a = _Operand("A", bm, m, bk, sam, sak, _aligned(spec, "a"), nt)
     fold = bool(kn.get("FOLD"))
-    if fold:
-        # batch folded into the columns: column gn of the one big product is column gn % n of batch gn / n
-        if spec.a[1] or spec.a_inner:
-            raise UnsupportedError(f"3xTF32 GEMM {spec}: FOLD=1 needs an A shared by every batch (batch stride 0)")
-        _, sbb, _, _ = spec.b
-        img, col = "(long)((ROW) / {n})", "(long)((ROW) % {n})"
-        batch_off = (
-            f"{img} * {sbb}"
-            if spec.inner == 1
-            else f"{img} / {spec.inner} * {sbb} + {img} % {spec.inner} * {spec.b_inner}"
-        )
-        b_row = f"{batch_off} + {col} * {sbn}".replace("{n}", str(n))
-        b = _Operand("B", bn, spec.batch * n, bk, sbn, sbk, _aligned(spec, "b"), nt, b_row)
-        c_at = f"(long)(gn / {n}) * {m * n} + (long)gm * {n} + gn % {n}"
-    else:
-        b = _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt)
-        c_at = f"bz * {m * n}L + (long)gm * {n} + gn"
+    b, c_at = _b_operand(spec, bn, bk, nt, fold)
     full_m, full_n, full_k = m % bm == 0, b.size % bn == 0, k % bk == 0
     mi, ni = wm // 16, wn // 8
     stmts, res, params = _epi(r, epi, "acc[mi][ni][q]", c_at, "          ")
-    kt = -(-k // bk)
+    kt, kw = -(-k // bk), bk // wk
     src = f"""/* KERNEL_NAME */
 {_EMU_HELPERS if emu else _PTX_HELPERS}#define K_ {k}
 __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
   const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int wr = warp / {warps_n} * {wm}, wc = warp % {warps_n} * {wn};
+  const int wk = warp / {warps}, w2 = warp % {warps}, wr = w2 / {warps_n} * {wm}, wc = w2 % {warps_n} * {wn};
   const int n0 = get_group_id(0) * {bn}, m0 = get_group_id(1) * {bm};
   const long bz = get_group_id(2);
 {_cl_operands(spec)}  __local float As_[2][{a.local_floats}], Bs_[2][{b.local_floats}];
@@ -352,20 +374,21 @@ __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__gl
     __local const float* As = As_[cur];
     __local const float* Bs = Bs_[cur];
 #pragma unroll
-    for (int kk = 0; kk < {bk}; kk += {8 * ks}) {{
+    for (int kk = wk * {kw}; kk < wk * {kw} + {kw}; kk += {8 * ks}) {{
 {_mma_step(mi, ni, ks, emu, a, b)}    }}
     if (kt + 1 < {kt}) {{
 {a.store("As_[cur ^ 1]")}{b.store("Bs_[cur ^ 1]")}    }}
     barrier(CLK_LOCAL_MEM_FENCE);
   }}
-  for (int mi = 0; mi < {mi}; mi++)
-    for (int ni = 0; ni < {ni}; ni++)
-      for (int q = 0; q < 4; q++) {{
-        const int gm = m0 + wr + mi * 16 + g + (q >> 1) * 8, gn = n0 + wc + ni * 8 + 2 * t + (q & 1);
-        if (gm < {m} && gn < {b.size}) {{
-{stmts}          C[{c_at}] = {res};
+{_reduce_warps(wk, warps, mi, ni)}  if (wk == 0)
+    for (int mi = 0; mi < {mi}; mi++)
+      for (int ni = 0; ni < {ni}; ni++)
+        for (int q = 0; q < 4; q++) {{
+          const int gm = m0 + wr + mi * 16 + g + (q >> 1) * 8, gn = n0 + wc + ni * 8 + 2 * t + (q & 1);
+          if (gm < {m} && gn < {b.size}) {{
+{stmts}            C[{c_at}] = {res};
+          }}
         }}
-      }}
 }}
 #undef K_
 """
@@ -379,4 +402,4 @@ def local_bytes(knobs: dict[str, int]) -> int:
     kn = {**TC_DEFAULT, **knobs}
     bm, bn, bk = kn["BM"], kn["BN"], kn["BK"]
     per_operand = [max(rows * (bk + 4), bk * (rows + 8)) for rows in (bm, bn)]
-    return 2 * 4 * sum(per_operand)
+    return 2 * 4 * sum(per_operand) + 4 * (kn.get("WK", 1) - 1) * bm * bn

@@ -107,6 +107,16 @@ GEMM_CANDIDATES = {
         {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32},
         {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 16},
     ],
+    # few output tiles (batch 1): small tiles for more work-groups, warps splitting K for shorter chains
+    "tc_small": [
+        {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32},
+        {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "WK": 2},
+        {"V": 3, "BM": 64, "BN": 32, "BK": 32, "WM": 32, "WN": 16, "WK": 2},
+        {"V": 3, "BM": 32, "BN": 32, "BK": 32, "WM": 16, "WN": 16},
+        {"V": 3, "BM": 32, "BN": 32, "BK": 32, "WM": 16, "WN": 16, "WK": 2},
+        {"V": 3, "BM": 32, "BN": 32, "BK": 32, "WM": 16, "WN": 16, "WK": 4},
+        {"V": 3, "BM": 32, "BN": 64, "BK": 32, "WM": 16, "WN": 32, "WK": 2},
+    ],
 }
 
 
@@ -117,7 +127,7 @@ def candidates(device: Device) -> list[dict[str, int]]:
         from plait.codegen.gemm_tc import mma_tf32_unsupported
 
         if mma_tf32_unsupported(device) is None:
-            return GEMM_CANDIDATES["tc"] + GEMM_CANDIDATES["opencl"]
+            return GEMM_CANDIDATES["tc"] + GEMM_CANDIDATES["tc_small"] + GEMM_CANDIDATES["opencl"]
     return GEMM_CANDIDATES[dialect]
 
 

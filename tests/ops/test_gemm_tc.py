@@ -26,6 +26,7 @@ CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
 SMALL = {"V": 3, "BM": 32, "BN": 32, "BK": 8, "WM": 16, "WN": 16}  # 4 warps, one 16x16 sub-tile each
 WIDE = {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32}
 WIDE_KS2 = {**WIDE, "KS": 2}  # two k8 steps chained in the tensor core per FP32 add
+SPLIT_K = {**SMALL, "BK": 32, "WK": 2}  # two warp groups split each K tile, sums meet in local memory
 
 
 def _paths(device: str) -> list[int]:
@@ -77,7 +78,7 @@ def test_3xtf32_accuracy_matches_fp32(device, batch, m, n, k, ta, tb):
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
     fp32_err = _rel_err(np.matmul(a, b), ref)
     for mma in _paths(device):
-        for knobs in (SMALL, WIDE, WIDE_KS2):
+        for knobs in (SMALL, WIDE, WIDE_KS2, SPLIT_K):
             got, name = _run(device, spec, {**knobs, "MMA": mma}, am, bm)
             assert name.startswith("GEMM3XTF32_" if mma else "GEMM3XTF32EMU_"), name
             err = _rel_err(got, ref)
@@ -112,8 +113,9 @@ def test_batch_folded_into_columns(device, n, tb):
     spec = GemmSpec(batch, m, n, k, (0, 0, k, 1), sb)
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
     for mma in _paths(device):
-        got, _ = _run(device, spec, {**SMALL, "MMA": mma, "FOLD": 1}, a, bm)
-        assert _rel_err(got, ref) < 1e-6
+        for knobs in (SMALL, SPLIT_K):
+            got, _ = _run(device, spec, {**knobs, "MMA": mma, "FOLD": 1}, a, bm)
+            assert _rel_err(got, ref) < 1e-6
     with pytest.raises(UnsupportedError, match="FOLD=1 needs an A shared"):
         gemm.render_opencl(GemmSpec(batch, m, n, k, (0, m * k, k, 1), sb), {**SMALL, "FOLD": 1})
 
