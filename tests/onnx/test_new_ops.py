@@ -269,6 +269,27 @@ def test_rotary_3d_positions_partial_interleaved(device):
     _check(device, node, {"x": x, "p": np.array([[0, 4, 9], [3, 3, 1]], np.int64)}, {"c": cos, "s": sin}, opset=23)
 
 
+def test_linear_attention_gated_delta_gqa_with_state(device):
+    b, t, hq, hkv, dk, dv = 2, 3, 4, 2, 3, 2
+    feed = {
+        "q": _f(b, t, hq * dk),
+        "k": _f(b, t, hkv * dk),
+        "v": _f(b, t, hkv * dv),
+        "s": _f(b, hkv, dk, dv),
+        "g": _f(b, t, hkv * dk, lo=-0.5, hi=0.0),  # a decay per key dimension
+        "beta": _f(b, t, 1, lo=0.0, hi=1.0),  # one beta for all heads
+    }
+    node = h.make_node(
+        "LinearAttention",
+        ["q", "k", "v", "s", "g", "beta"],
+        ["y", "state"],
+        q_num_heads=hq,
+        kv_num_heads=hkv,
+        update_rule="gated_delta",
+    )
+    _check(device, node, feed, n_out=2, opset=28, tol=1e-4)
+
+
 # ---------------------------------------------------------------- errors
 
 

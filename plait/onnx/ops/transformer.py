@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from plait import dtypes
 from plait.frontends.native.tensor import Tensor, cat, stack
 from plait.graph.ops import indexing
@@ -96,3 +98,63 @@ def _causal_conv_with_state(ctx: Ctx, ins: list[Any]) -> list[Tensor]:
 
 
 register("CausalConvWithState", _causal_conv_with_state)
+
+
+def _heads(x: Tensor, heads: int, what: str, ctx: Ctx) -> Tensor:
+    """(B, T, H*D) -> (B, H, T, D) in float32."""
+    b, t, hd = x.shape
+    if hd % heads:
+        raise ctx.error(f"{what} {x.shape}: last axis {hd} is not a multiple of {heads} heads")
+    return x.reshape(b, t, heads, hd // heads).permute(0, 2, 1, 3).astype(dtypes.float32)
+
+
+def _linear_attention(ctx: Ctx, ins: list[Any]) -> list[Tensor]:
+    """Recurrent linear attention (linear, gated, delta and gated-delta state updates) with grouped KV heads. The
+    recurrence is unrolled over the (static) sequence length: a handful of small ops per step, which suits decode
+    steps and short prefills; a long prefill builds a long graph (docs/onnx.md, Limits)."""
+    q, k, v = (ctx.t(ins[i]) for i in range(3))
+    opt = [ins[i] if len(ins) > i else None for i in range(3, 6)]
+    past, decay, beta = opt
+    rule = ctx.attr("update_rule", "gated_delta")
+    hq, hkv = int(ctx.attr("q_num_heads", 0)), int(ctx.attr("kv_num_heads", 0))
+    if rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise ctx.unsupported(f"update_rule {rule!r} (supported: linear, gated, delta, gated_delta)")
+    if hq <= 0 or hkv <= 0 or hq % hkv or q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise ctx.error(f"q_num_heads {hq} must be a multiple of kv_num_heads {hkv}, with 3-D q, k, v")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating != (decay is not None) or delta != (beta is not None):
+        raise ctx.error(f"update_rule {rule!r} takes decay: {gating}, beta: {delta}; the inputs given do not match")
+    b, t = q.shape[:2]
+    q4, k4, v4 = _heads(q, hq, "query", ctx), _heads(k, hkv, "key", ctx), _heads(v, hkv, "value", ctx)
+    dk, dv, group = q4.shape[-1], v4.shape[-1], hq // hkv
+    if decay is not None:
+        dt = ctx.t(decay).astype(dtypes.float32)
+        per_head = dt.shape[-1] == hkv
+        decay4 = dt.reshape(b, t, hkv, 1).permute(0, 2, 1, 3) if per_head else _heads(dt, hkv, "decay", ctx)
+    if beta is not None:
+        bt = ctx.t(beta).astype(dtypes.float32)
+        beta4 = bt.reshape(b, t, bt.shape[-1], 1).permute(0, 2, 1, 3)
+    if past is not None:
+        if tuple(past.shape) != (b, hkv, dk, dv):
+            raise ctx.error(f"past_state {tuple(past.shape)} must be {(b, hkv, dk, dv)}")
+        state = ctx.t(past).astype(dtypes.float32)
+    else:
+        state = Tensor.zeros(b, hkv, dk, dv, dtype="float32", device=q.device)
+    scale = float(ctx.attr("scale", 0.0)) or 1.0 / float(np.sqrt(dk))
+    outs = []
+    for i in range(t):
+        k_t, v_t = k4[:, :, i, :], v4[:, :, i, :]
+        if gating:
+            state = state * decay4[:, :, i, :].exp().unsqueeze(-1)
+        if delta:
+            retrieved = (state * k_t.unsqueeze(-1)).sum(-2)
+            v_t = beta4[:, :, i, :] * (v_t - retrieved)
+        state = state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
+        read = state if group == 1 else state.unsqueeze(2).expand(b, hkv, group, dk, dv).reshape(b, hq, dk, dv)
+        outs.append((q4[:, :, i, :].unsqueeze(-1) * read).sum(-2) * scale)
+    out = stack(outs, 2).permute(0, 2, 1, 3).reshape(b, t, hq * dv).astype(q.dtype)
+    present = state.astype(ctx.t(past).dtype if past is not None else q.dtype)
+    return [out, present]
+
+
+register("LinearAttention", _linear_attention)
