@@ -155,6 +155,7 @@ class Importer:
             t.name: to_numpy(t, self.base_dir, f"initializer {t.name!r}") for t in self.graph.initializer
         }
         self._uploads: dict[int, tuple[np.ndarray, Tensor]] = {}
+        self._subgraph_inits: dict[int, tuple[onnx.GraphProto, dict[str, np.ndarray]]] = {}
         self.elem_types = ValueTypes(self.model)
         self.input_names: dict[int, str] = {}
         load_all()
@@ -225,9 +226,14 @@ class Importer:
             raise OnnxModelError(
                 f"{owner}: subgraph {graph.name!r} takes {len(graph.input)} inputs, the node gives {len(inputs)}"
             )
-        scope: dict[str, Any] = {
-            t.name: to_numpy(t, self.base_dir, f"{owner} subgraph initializer {t.name!r}") for t in graph.initializer
-        }
+        hit = self._subgraph_inits.get(id(graph))
+        if hit is None or hit[0] is not graph:  # read once, so each loop iteration reuses the same uploads
+            inits = {
+                t.name: to_numpy(t, self.base_dir, f"{owner} subgraph initializer {t.name!r}")
+                for t in graph.initializer
+            }
+            hit = self._subgraph_inits[id(graph)] = (graph, inits)
+        scope: dict[str, Any] = dict(hit[1])
         scope.update({i.name: v for i, v in zip(graph.input, inputs, strict=True)})
         env: ChainMap[str, Any] = ChainMap(scope, outer)
         for node in graph.node:

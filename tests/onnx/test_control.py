@@ -263,11 +263,13 @@ def test_scan_with_reversed_directions_and_axes(device: str) -> None:
     body = h.make_graph(
         [
             h.make_node("Add", ["s_in", "a"], ["s_out"]),
-            h.make_node("Mul", ["s_out", "b"], ["y"]),
+            h.make_node("Mul", ["s_out", "b"], ["p"]),
+            h.make_node("Add", ["p", "offset"], ["y"]),
         ],
         "body",
         [_vi("s_in", F, [3]), _vi("a", F, [3]), _vi("b", F, [3])],
         [_vi("s_out", F, [3]), _vi("y", F, [3])],
+        [h.make_tensor("offset", F, [3], [0.5, -1.0, 2.0])],  # an initializer of the body itself
     )
     node = h.make_node(
         "Scan",
