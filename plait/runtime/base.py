@@ -98,8 +98,8 @@ def build_parallel(build: Callable[[list[tuple[str, str]]], None], kernels: list
 
 
 def build_each(device: Device, group: list[tuple[str, str]]) -> None:
-    """After a group's joint build failed: build its kernels one by one, still in the group's thread. A kernel that
-    fails again is left for the caller's own compile() to raise, so the error names it."""
+    """Build a group's kernels one by one in the group's thread (a lone kernel, or after the group's joint build
+    failed). A kernel that fails is left for the caller's own compile() to raise, so the error names it."""
     for src, name in group:
         try:
             device.compile(src, name)

@@ -121,7 +121,8 @@ class CPUDevice(Device):
 
     def _build_group(self, group: list[tuple[str, str]]) -> None:
         if len(group) < 2:
-            return  # compile() builds a lone kernel under its own key
+            build_each(self, group)  # a lone kernel builds under its own key, still in this thread
+            return
         joined = join_sources(group)
         key = cache.key_of("cpu-batch", self.info.driver, " ".join(FLAGS + LIBS), joined)
         try:

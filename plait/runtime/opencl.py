@@ -172,7 +172,8 @@ class OpenCLDevice(Device):
 
     def _build_group(self, group: list[tuple[str, str]]) -> None:
         if len(group) < 2:
-            return  # compile() builds a lone kernel under its own key
+            build_each(self, group)  # a lone kernel builds under its own key, still in this thread
+            return
         joined = join_sources(group)
         try:
             prog = self._build(cache.key_of("opencl-batch", self.info.name, self.info.driver, joined), joined)
