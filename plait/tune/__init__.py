@@ -56,8 +56,16 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
     fold = shared_a and -(-spec.n // 128) * 128 > 1.1 * spec.n
     cols, batches = (spec.batch * spec.n, 1) if fold else (spec.n, spec.batch)
     extra = {"FOLD": 1} if fold else {}
-    if batches * -(-spec.m // 128) * -(-cols // 128) < 132:
-        return {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, **extra}
+
+    def blocks(bm: int, bn: int) -> int:
+        return batches * -(-spec.m // bm) * -(-cols // bn)
+
+    if blocks(64, 64) < 132:  # batch-1 layers: small tiles, warps splitting K to shorten each tile's chain
+        if blocks(64, 32) >= 96:
+            return {"V": 3, "BM": 64, "BN": 32, "BK": 32, "WM": 32, "WN": 16, "WK": 2, **extra}
+        return {"V": 3, "BM": 32, "BN": 32, "BK": 32, "WM": 16, "WN": 16, "WK": 4 if spec.k >= 1024 else 2, **extra}
+    if blocks(128, 128) < 132:
+        return {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 16, **extra}
     if spec.m <= 64:
         return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra}
     if spec.m >= 1024 and cols >= 1024:
