@@ -68,7 +68,7 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
         return {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 16, **extra}
     if spec.m <= 64:
         return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra}
-    if spec.m >= 1024 and cols >= 1024:
+    if spec.m >= 1024 and cols >= 1024 and spec.k >= 1024:
         return {"V": 3, "BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, **extra}
     return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, **extra}
 
