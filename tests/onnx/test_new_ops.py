@@ -290,6 +290,25 @@ def test_linear_attention_gated_delta_gqa_with_state(device):
     _check(device, node, feed, n_out=2, opset=28, tol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["TFIDF", "IDF"])
+def test_tfidf_trigrams_with_skips_and_weights(device, mode):
+    x = RNG.integers(0, 5, 14).astype(np.int64)
+    node = h.make_node(
+        "TfIdfVectorizer",
+        ["x"],
+        ["y"],
+        mode=mode,
+        min_gram_length=1,
+        max_gram_length=3,
+        max_skip_count=2,
+        ngram_counts=[0, 3, 7],
+        ngram_indexes=[0, 1, 2, 3, 4, 1, 5],  # two n-grams share column 1
+        pool_int64s=[1, 2, 4, 1, 2, 3, 3, 0, 2, 1],
+        weights=[0.5, 1.5, 2.0, 0.25, 3.0, 1.0],
+    )
+    _check(device, node, {"x": x})
+
+
 # ---------------------------------------------------------------- errors
 
 

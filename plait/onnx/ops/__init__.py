@@ -49,6 +49,7 @@ def load_all() -> dict[str, OnnxOp]:
         shape,
         signal,
         sorting,
+        text,
         transformer,
     )
 
