@@ -8,6 +8,7 @@ Operands are strided views: A[b, m, k] = a[a_off + b*sab + m*sam + k*sak], likew
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,14 +48,22 @@ class Epilogue:
 
 
 def _epi(
-    r: Any, epi: Epilogue | None, value: str, index: str, indent: str, idx_t: str = "long"
+    r: Any,
+    epi: Epilogue | None,
+    value: str,
+    index: str,
+    indent: str,
+    idx_t: str = "long",
+    coords: list[str] | None = None,
 ) -> tuple[str, str, str]:
-    """(statements, result expression, extra kernel parameters) for storing `value` at linear `index`."""
+    """(statements, result expression, extra kernel parameters) for storing `value` at linear `index` (or at
+    per-axis `coords` of the epilogue's shape, when the caller has them)."""
     if epi is None:
         return "", value, ""
     args = {n.uid: f"e{i}" for i, n in enumerate(epi.extra)}
     b = ExprBuilder(r, args, idx_t, subst={epi.mm.uid: value})
-    v = b.value(epi.root, Idx(epi.root.shape, linear=b.tmp(idx_t, index, "i")))
+    where = Idx(epi.root.shape, coords=coords) if coords else Idx(epi.root.shape, linear=b.tmp(idx_t, index, "i"))
+    v = b.value(epi.root, where)
     params = "".join(", " + r.param(n.dtype, f"e{i}", False) for i, n in enumerate(epi.extra))
     return "".join(f"{indent}{ln}\n" for ln in b.lines), v, params
 
@@ -114,6 +123,32 @@ static void plait_sgemv_small(long batch, long inner, int m, int n, int k, const
 """
 
 
+def _tile_coords(shape: tuple[int, ...], batch: int, m: int, n: int) -> list[str] | None:
+    """Per-axis coordinates of C element (bz, i0 + i, j0 + j) in `shape` when its axes split in order into batch,
+    row and column groups; then a per-channel operand (BN, bias) is read at a row-constant index (one broadcast
+    per row instead of a division and a gather per element). None when the axes do not split that way."""
+    groups: list[list[int]] = [[], [], []]
+    part, size = 0, 1
+    for ax, d in enumerate(shape):
+        while part < 2 and size == (batch, m)[part] and d != 1:
+            part, size = part + 1, 1
+        groups[part].append(ax)
+        size *= d
+    sizes = [math.prod(shape[a] for a in g) for g in groups]
+    if sizes != [batch, m, n]:
+        return None
+    coords = ["0"] * len(shape)
+    for g, var in zip(groups, ("bz", "(i0 + i)", "(j0 + j)"), strict=True):
+        inner = 1
+        for ax in reversed(g):
+            d = shape[ax]
+            if d != 1:
+                q = var if inner == 1 else f"({var} / {inner})"
+                coords[ax] = q if inner * d == math.prod(shape[a] for a in g) else f"({q} % {d})"
+            inner *= d
+    return coords
+
+
 def render_c(
     spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None
 ) -> RenderedKernel:
@@ -138,7 +173,8 @@ def render_c(
     index = (
         f"(int)bz * {m * n} + (i0 + i) * {n} + j0 + j" if narrow else f"bz * {m * n}L + (long)(i0 + i) * {n} + j0 + j"
     )
-    stmts, res, params = _epi(r, epi, "v", index, "      ", "int" if narrow else "long")
+    coords = _tile_coords(epi.root.shape, spec.batch, m, n) if epi is not None else None
+    stmts, res, params = _epi(r, epi, "v", index, "      ", "int" if narrow else "long", coords)
     epi_fn, extra, epilogue, holder = "0", "0", "", ""
     if epi is not None:
         loads = "".join(

@@ -313,16 +313,68 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
 DEPTHWISE = """//@shared-begin plait_dwconv
 /* A depthwise convolution (one filter per channel plane): each output row accumulates kh*kw shifted, scaled input
    rows, a vector loop per tap; planes are independent tasks, and epi runs on each finished plane. */
+/* Stride 1: copy the plane into a zero-padded one (wp columns) and compute outputs on the padded grid, so every
+   tap row is a long vector loop over the plane (rows of 7 or 14 would leave the vector unit idle); the valid ow
+   of every wp columns are then copied out. */
+static void plait_dw_flat(const float* x, const float* w, const plait_win* g, float* c) {
+  int wp = g->w + 2 * g->pw, hp = g->h + 2 * g->ph, ow = g->ow, oh = hp - g->dh * (g->kh - 1);
+  long len = (long)(oh - 1) * wp + ow;
+  float* pad = plait_scratch((size_t)hp * wp + (size_t)oh * wp);
+  float* restrict acc = pad + (long)hp * wp;
+  memset(pad, 0, sizeof(float) * (size_t)g->ph * wp);
+  memset(pad + (long)(g->ph + g->h) * wp, 0, sizeof(float) * (size_t)(hp - g->ph - g->h) * wp);
+  for (int y = 0; y < g->h; y++) {
+    float* r = pad + (long)(y + g->ph) * wp;
+    for (int t = 0; t < g->pw; t++) r[t] = r[g->pw + g->w + t] = 0.0f;
+    memcpy(r + g->pw, x + (long)y * g->w, sizeof(float) * g->w);
+  }
+  /* blocks of the plane small enough that the partial sums stay in L1 across the taps */
+  for (long q0 = 0; q0 < len; q0 += 2048) {
+    long q1 = q0 + 2048 < len ? q0 + 2048 : len;
+    for (long q = q0; q < q1; q++) acc[q] = 0.0f;
+    for (int ky = 0; ky < g->kh; ky++) {
+      const float* src = pad + (long)ky * g->dh * wp;
+      const float* wr = w + ky * g->kw;
+      int kx = 0, d = g->dw;
+      for (; kx + 3 <= g->kw; kx += 3) {
+        float w0 = wr[kx], w1 = wr[kx + 1], w2 = wr[kx + 2];
+        const float* s0 = src + kx * d;
+#pragma omp simd
+        for (long q = q0; q < q1; q++) acc[q] += w0 * s0[q] + w1 * s0[q + d] + w2 * s0[q + 2 * d];
+      }
+      for (; kx < g->kw; kx++) {
+        float w0 = wr[kx];
+        const float* s0 = src + kx * d;
+#pragma omp simd
+        for (long q = q0; q < q1; q++) acc[q] += w0 * s0[q];
+      }
+    }
+  }
+  for (int oy = 0; oy < oh; oy++) memcpy(c + (long)oy * ow, acc + (long)oy * wp, sizeof(float) * ow);
+}
+
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
                          long sxi, const plait_win* g, float* C, plait_epi_fn epi, void* const* extra) {
+  int ow = g->ow, oh = n / ow, s = g->sw;
+  int lo[g->kw], hi[g->kw];  /* per tap column: the output columns whose input column is inside the row */
+  for (int kx = 0; kx < g->kw; kx++) {
+    int dx = kx * g->dw - g->pw;
+    lo[kx] = dx >= 0 ? 0 : (-dx + s - 1) / s;
+    hi[kx] = dx >= g->w ? 0 : (g->w - 1 - dx) / s + 1;
+    if (hi[kx] > ow) hi[kx] = ow;
+  }
 #pragma omp parallel for schedule(dynamic, 4)
   for (long bz = 0; bz < batch; bz++) {
     const float* w = A + bz / inner * sab + bz % inner * sai;
     const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)n;
-    int ow = g->ow, oh = n / ow, s = g->sw;
+    if (s == 1 && g->sh == 1) {
+      plait_dw_flat(x, w, g, c);
+      if (epi) epi(c, bz, 0, 0, 1, n, extra);
+      continue;
+    }
     for (int oy = 0; oy < oh; oy++) {
-      float* row = c + (long)oy * ow;
+      float* restrict row = c + (long)oy * ow;
       for (int ox = 0; ox < ow; ox++) row[ox] = 0.0f;
       for (int ky = 0; ky < g->kh; ky++) {
         int iy = oy * g->sh - g->ph + ky * g->dh;
@@ -330,15 +382,13 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
         const float* xr = x + (long)iy * g->w;
         for (int kx = 0; kx < g->kw; kx++) {
           float wv = w[ky * g->kw + kx];
-          int dx = kx * g->dw - g->pw;
-          int lo = dx >= 0 ? 0 : (-dx + s - 1) / s, hi = dx >= g->w ? 0 : (g->w - 1 - dx) / s + 1;
-          if (hi > ow) hi = ow;
+          const float* xs = xr + kx * g->dw - g->pw;
           if (s == 1) {
 #pragma omp simd
-            for (int ox = lo; ox < hi; ox++) row[ox] += wv * xr[ox + dx];
+            for (int ox = lo[kx]; ox < hi[kx]; ox++) row[ox] += wv * xs[ox];
           } else {
 #pragma omp simd
-            for (int ox = lo; ox < hi; ox++) row[ox] += wv * xr[ox * s + dx];
+            for (int ox = lo[kx]; ox < hi[kx]; ox++) row[ox] += wv * xs[ox * s];
           }
         }
       }
