@@ -80,6 +80,7 @@ def _finish(kind: str, spec: GemmSpec, src: str, gs: tuple[int, ...], ls: tuple[
 def _gemv_library() -> str:
     """The few-rows GEMV, shared by every GEMV kernel of a translation unit (sizes and strides are arguments)."""
     return """//@shared-begin plait_gemv
+#include <math.h>
 typedef void (*plait_epi_fn)(float* c, long bz, int i0, int j0, int mr, int nr, void* const* extra);
 
 /* Few rows (a batch-1 linear layer, a depthwise convolution): stream B once with no packing. One parallel loop

@@ -30,6 +30,7 @@ def pick_tile(m: int, n: int) -> tuple[int, int]:
 
 
 COMMON = """//@shared-begin plait_gemm_common
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
@@ -288,21 +289,23 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
               ap[(long)i * kc + p] = from + i < i1 ? a[(long)(from + i) * sam + (long)(pc + p) * sak] : 0.0f;
           packed_to = from;
         }}
-        for (long jj = j0; jj < j1; jj += {nr})
-          for (int ii = i0; ii < i1; ii += {mr}) {{
-            int mr = i1 - ii < {mr} ? i1 - ii : {mr}, nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
-            const float* at = ii < packed_to ? a + (long)ii * sam + pc : ap + (long)(ii - packed_to) * kc;
-            long lda = ii < packed_to ? sam : kc;
+        /* a row block of A stays in L1 while it meets every panel; its finished rows then get the epilogue in
+           one long pass while still in cache */
+        for (int ii = i0; ii < i1; ii += {mr}) {{
+          int mr = i1 - ii < {mr} ? i1 - ii : {mr};
+          const float* at = ii < packed_to ? a + (long)ii * sam + pc : ap + (long)(ii - packed_to) * kc;
+          long lda = ii < packed_to ? sam : kc;
+          for (long jj = j0; jj < j1; jj += {nr}) {{
+            int nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
             const float* panel = bp + (jj - j0) * kc;
-            if (images) {{
-              plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, pc > 0, last, epi, extra);
-              continue;
-            }}
-            plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, pc > 0);
-            if (epi && last) {{
-              if (trans) epi(c, bz, (int)jj, ii, nr, mr, extra); else epi(c, bz, ii, (int)jj, mr, nr, extra);
-            }}
+            if (images) plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, pc > 0, last, epi, extra);
+            else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, pc > 0);
           }}
+          if (epi && last && !images) {{
+            int jn = (int)((j1 < cols ? j1 : cols) - j0);
+            if (trans) epi(c, bz, (int)j0, ii, jn, mr, extra); else epi(c, bz, ii, (int)j0, mr, jn, extra);
+          }}
+        }}
       }}
     }}
   }}
@@ -353,6 +356,43 @@ static void plait_dw_flat(const float* x, const float* w, const plait_win* g, fl
   for (int oy = 0; oy < oh; oy++) memcpy(c + (long)oy * ow, acc + (long)oy * wp, sizeof(float) * ow);
 }
 
+/* Stride s > 1 without dilation: the zero-padded plane split into s*s phase planes (rows and columns of one
+   residue mod s), in which every tap is again a shift of one plane, so the long vector loops apply as well. */
+static void plait_dw_phases(const float* x, const float* w, const plait_win* g, float* c) {
+  int s = g->sw, wp = g->w + 2 * g->pw, hp = g->h + 2 * g->ph, ow = g->ow, oh = (hp - g->kh) / s + 1;
+  int we = (wp + s - 1) / s, he = (hp + s - 1) / s;
+  long plane = (long)he * we, len = (long)(oh - 1) * we + ow;
+  float* phases = plait_scratch((size_t)(s * s) * plane + (size_t)oh * we);
+  float* restrict acc = phases + s * s * plane;
+  for (int py = 0; py < s; py++)
+    for (int px = 0; px < s; px++)
+      for (int r = 0; r < he; r++) {
+        float* row = phases + (py * s + px) * plane + (long)r * we;
+        int iy = r * s + py - g->ph;
+        if (iy < 0 || iy >= g->h) {
+          memset(row, 0, sizeof(float) * we);
+          continue;
+        }
+        const float* xr = x + (long)iy * g->w;
+        for (int t = 0; t < we; t++) {
+          int ix = t * s + px - g->pw;
+          row[t] = ix >= 0 && ix < g->w ? xr[ix] : 0.0f;
+        }
+      }
+  for (long q0 = 0; q0 < len; q0 += 2048) {
+    long q1 = q0 + 2048 < len ? q0 + 2048 : len;
+    for (long q = q0; q < q1; q++) acc[q] = 0.0f;
+    for (int ky = 0; ky < g->kh; ky++)
+      for (int kx = 0; kx < g->kw; kx++) {
+        float wv = w[ky * g->kw + kx];
+        const float* src = phases + (ky % s * s + kx % s) * plane + (long)(ky / s) * we + kx / s;
+#pragma omp simd
+        for (long q = q0; q < q1; q++) acc[q] += wv * src[q];
+      }
+  }
+  for (int oy = 0; oy < oh; oy++) memcpy(c + (long)oy * ow, acc + (long)oy * we, sizeof(float) * ow);
+}
+
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
                          long sxi, const plait_win* g, float* C, plait_epi_fn epi, void* const* extra) {
   int ow = g->ow, oh = n / ow, s = g->sw;
@@ -370,6 +410,11 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
     float* c = C + bz * (long)n;
     if (s == 1 && g->sh == 1) {
       plait_dw_flat(x, w, g, c);
+      if (epi) epi(c, bz, 0, 0, 1, n, extra);
+      continue;
+    }
+    if (s == g->sh && g->dh == 1 && g->dw == 1) {
+      plait_dw_phases(x, w, g, c);
       if (epi) epi(c, bz, 0, 0, 1, n, extra);
       continue;
     }
