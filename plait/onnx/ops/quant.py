@@ -114,12 +114,21 @@ def _dequantize_linear(ctx: Ctx, ins: list[Any]) -> Tensor:
     return formats.cast(y * scale, to, compute_dtype(elem_np(to), ctx.label))
 
 
+def _div255(r: Tensor) -> Tensor:
+    """r / 255 correctly rounded even where the device's division is not (OpenCL allows 2.5 ulp, and NVIDIA's
+    default build uses that). The residual r - 255 q is exact (Sterbenz: r - 256 q, then + q, each of two values
+    within a factor two), and one correction step moves q to the nearest float32 (r / 255 is never a tie)."""
+    q = r / 255.0
+    d = (r - q * 256.0) + q
+    return q + d / 255.0
+
+
 def _dynamic_quantize_linear(ctx: Ctx, ins: list[Any]) -> list[Tensor]:
     """uint8 quantization with a scale and zero point from x's range (widened to include 0)."""
     x = ctx.t(ins[0]).astype(dtypes.float32)
     hi = x.max().maximum(0.0)
     lo = x.min().minimum(0.0)
-    scale = where(hi == lo, 1.0, hi - lo) / 255.0
+    scale = _div255(where(hi == lo, 1.0, hi - lo))
     zp = formats.rne((0.0 - lo / scale).clip(0.0, 255.0))
     y = (formats.rne(x / scale) + zp).clip(0.0, 255.0).astype(dtypes.int32)
     return [y, scale.astype(ctx.t(ins[0]).dtype), zp.astype(dtypes.int32)]
