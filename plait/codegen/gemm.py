@@ -309,6 +309,10 @@ def render_opencl(
         from plait.codegen import gemm_tc
 
         return gemm_tc.render(spec, knobs or {}, r, epi)
+    if (knobs or {}).get("V") == 4:
+        from plait.codegen import gemm_small
+
+        return gemm_small.render(spec, r, epi)
     kn = {**CL_DEFAULT, **(knobs or {})}
     if kn.get("V") == 2:
         return _render_opencl_v2(spec, kn["TSK"], r, epi)

@@ -38,9 +38,12 @@ def _sig(kind: str, spec: Any) -> str:
 
 def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
     if kind == "gemm" and device.renderer.dialect == "opencl":
+        from plait.codegen.gemm_small import MAX_ROWS
         from plait.codegen.gemm_tc import mma_tf32_unsupported
 
-        if spec.m >= 16 and mma_tf32_unsupported(device) is None:  # fewer rows would idle most of a fragment
+        if spec.m <= MAX_ROWS:  # few rows: stream B once (kernel kind GEMV)
+            return {"V": 4}
+        if mma_tf32_unsupported(device) is None:
             return _tc_heuristic(spec)
         if spec.m * spec.n < 64 * 64 * 32:
             return {"TSM": 32, "TSN": 32, "TSK": 16, "WPTM": 2, "WPTN": 2}
@@ -50,8 +53,7 @@ def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
 def _tc_heuristic(spec: Any) -> dict[str, int]:
     """Tensor-core tiles (from the sweeps of benchmarks/bench_gemm_tc.py on an H100): a batch of narrow products
     sharing A (late convolution layers) folds into one wide product when whole tiles would waste over 10% of their
-    columns; 64-row tiles for 64-row products; small tiles when big ones would leave the GPU idle. Products with
-    fewer than 16 rows (depthwise convolutions, batch-1 linear layers) keep the FP32 template (kernel kind GEMM)."""
+    columns; 64-row tiles for 64-row products; small tiles when big ones would leave the GPU idle."""
     shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0
     fold = shared_a and -(-spec.n // 128) * 128 > 1.1 * spec.n
     cols, batches = (spec.batch * spec.n, 1) if fold else (spec.n, spec.batch)

@@ -1,0 +1,96 @@
+"""OpenCL kernels for products with few rows (M < 16): batch-1 linear layers and depthwise convolutions.
+
+A tiled GEMM would leave most of each tile idle and read B at a crawl; these products are bound by reading B once,
+so the kernels are shaped around B's layout (kernel kind GEMV):
+
+- B contiguous along K (a linear layer's weight, read as W^T): 32 work-items share one column, stride over K with
+  (when aligned) float4 loads and meet in local memory, so each column's weights stream in coalesced 512-byte rows.
+- otherwise (im2col columns, contiguous along N): one work-item per column, neighbours read neighbouring columns.
+
+Each work-item keeps one partial sum per row of A (at most 15), so A's rows are read once per column block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait.codegen.cstyle import RenderedKernel
+from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish
+from plait.errors import UnsupportedError
+
+MAX_ROWS = 15
+COLS_PER_GROUP = 8  # columns per work-group in the K-contiguous kernel (32 work-items each)
+
+
+def render(spec: GemmSpec, r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
+    """The GEMV kernel for `spec` (M <= MAX_ROWS)."""
+    if spec.m > MAX_ROWS:
+        raise UnsupportedError(f"GEMV kernel for {spec}: at most {MAX_ROWS} rows; use the tiled GEMM templates")
+    if spec.b[2] == 1 and spec.k > 1:
+        return _render_k_contiguous(spec, r, epi)
+    return _render_columns(spec, r, epi)
+
+
+def _render_columns(spec: GemmSpec, r: Any, epi: Epilogue | None) -> RenderedKernel:
+    m, n, k = spec.m, spec.n, spec.k
+    _, _, sam, sak = spec.a
+    _, _, sbk, sbn = spec.b
+    stmts, res, params = _epi(r, epi, "acc[i]", f"bz * {m * n}L + (long)i * {n} + j", "    ")
+    src = f"""/* KERNEL_NAME */
+__kernel __attribute__((reqd_work_group_size(64, 1, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
+  const int j = get_global_id(0);
+  const long bz = get_global_id(1);
+  if (j >= {n}) return;
+{_cl_operands(spec)}  float acc[{m}];
+  for (int i = 0; i < {m}; i++) acc[i] = 0.0f;
+  for (int p = 0; p < {k}; p++) {{
+    const float bv = b[(long)p * {sbk} + (long)j * {sbn}];
+    for (int i = 0; i < {m}; i++) acc[i] = fma(a[(long)i * {sam} + (long)p * {sak}], bv, acc[i]);
+  }}
+  for (int i = 0; i < {m}; i++) {{
+{stmts}    C[bz * {m * n}L + (long)i * {n} + j] = {res};
+  }}
+}}
+"""
+    return _finish("GEMV", spec, src, (-(-n // 64) * 64, spec.batch), (64, 1))
+
+
+def _render_k_contiguous(spec: GemmSpec, r: Any, epi: Epilogue | None) -> RenderedKernel:
+    m, n, k = spec.m, spec.n, spec.k
+    ao, sab, sam, sak = spec.a
+    bo, sbb, _, sbn = spec.b
+    vec = all(v % 4 == 0 for v in (k, ao, sab, sam, bo, sbb, sbn, spec.a_inner, spec.b_inner)) and sak == 1
+    cpg = COLS_PER_GROUP
+    if vec:
+        loop = f"""  for (int p = lane * 4; p < {k}; p += 128) {{
+    const float4 bv = vload4(0, bj + p);
+    for (int i = 0; i < {m}; i++) acc[i] += dot(vload4(0, a + (long)i * {sam} + p), bv);
+  }}"""
+    else:
+        loop = f"""  for (int p = lane; p < {k}; p += 32) {{
+    const float bv = bj[p];
+    for (int i = 0; i < {m}; i++) acc[i] = fma(a[(long)i * {sam} + (long)p * {sak}], bv, acc[i]);
+  }}"""
+    stmts, res, params = _epi(r, epi, "v", f"bz * {m * n}L + (long)i * {n} + j", "    ")
+    src = f"""/* KERNEL_NAME */
+__kernel __attribute__((reqd_work_group_size(32, {cpg}, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
+  const int lane = get_local_id(0), col = get_local_id(1), j = get_group_id(0) * {cpg} + col;
+  const long bz = get_global_id(2);
+  __local float red[{cpg}][{m}][33];
+{_cl_operands(spec)}  float acc[{m}];
+  for (int i = 0; i < {m}; i++) acc[i] = 0.0f;
+  if (j < {n}) {{
+    __global const float* bj = b + (long)j * {sbn};
+{loop}
+  }}
+  for (int i = 0; i < {m}; i++) red[col][i][lane] = acc[i];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lane < {m} && j < {n}) {{
+    const int i = lane;
+    float v = 0.0f;
+    for (int l = 0; l < 32; l++) v += red[col][i][l];
+{stmts}    C[bz * {m * n}L + (long)i * {n} + j] = {res};
+  }}
+}}
+"""
+    return _finish("GEMV", spec, src, (-(-n // cpg) * 32, cpg, spec.batch), (32, cpg, 1))
