@@ -26,6 +26,8 @@ def render(spec: GemmSpec, r: Any = None, epi: Epilogue | None = None) -> Render
     """The GEMV kernel for `spec` (M <= MAX_ROWS)."""
     if spec.m > MAX_ROWS:
         raise UnsupportedError(f"GEMV kernel for {spec}: at most {MAX_ROWS} rows; use the tiled GEMM templates")
+    if spec.conv is not None:
+        raise UnsupportedError(f"GEMV kernel for {spec}: no implicit-convolution loads; give it the im2col columns")
     if spec.b[2] == 1 and spec.k > 1:
         return _render_k_contiguous(spec, r, epi)
     return _render_columns(spec, r, epi)

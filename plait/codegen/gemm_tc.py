@@ -338,6 +338,8 @@ def _reduce_warps(wk: int, warps: int, mi: int, ni: int) -> str:
 def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
     """The 3xTF32 GEMM for `spec`: block tile BM x BN, K tile BK, one warp per WM x WN sub-tile, WK warps
     splitting each K tile (their sums meet in local memory)."""
+    if spec.conv is not None:
+        raise UnsupportedError(f"3xTF32 GEMM {spec}: no implicit-convolution loads; give it the im2col columns")
     kn = {**TC_DEFAULT, **knobs}
     check_knobs(kn)
     bm, bn, bk, wm, wn, ks, emu = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"], kn["KS"], not kn["MMA"]
