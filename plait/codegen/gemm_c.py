@@ -356,43 +356,6 @@ static void plait_dw_flat(const float* x, const float* w, const plait_win* g, fl
   for (int oy = 0; oy < oh; oy++) memcpy(c + (long)oy * ow, acc + (long)oy * wp, sizeof(float) * ow);
 }
 
-/* Stride s > 1 without dilation: the zero-padded plane split into s*s phase planes (rows and columns of one
-   residue mod s), in which every tap is again a shift of one plane, so the long vector loops apply as well. */
-static void plait_dw_phases(const float* x, const float* w, const plait_win* g, float* c) {
-  int s = g->sw, wp = g->w + 2 * g->pw, hp = g->h + 2 * g->ph, ow = g->ow, oh = (hp - g->kh) / s + 1;
-  int we = (wp + s - 1) / s, he = (hp + s - 1) / s;
-  long plane = (long)he * we, len = (long)(oh - 1) * we + ow;
-  float* phases = plait_scratch((size_t)(s * s) * plane + (size_t)oh * we);
-  float* restrict acc = phases + s * s * plane;
-  for (int py = 0; py < s; py++)
-    for (int px = 0; px < s; px++)
-      for (int r = 0; r < he; r++) {
-        float* row = phases + (py * s + px) * plane + (long)r * we;
-        int iy = r * s + py - g->ph;
-        if (iy < 0 || iy >= g->h) {
-          memset(row, 0, sizeof(float) * we);
-          continue;
-        }
-        const float* xr = x + (long)iy * g->w;
-        for (int t = 0; t < we; t++) {
-          int ix = t * s + px - g->pw;
-          row[t] = ix >= 0 && ix < g->w ? xr[ix] : 0.0f;
-        }
-      }
-  for (long q0 = 0; q0 < len; q0 += 2048) {
-    long q1 = q0 + 2048 < len ? q0 + 2048 : len;
-    for (long q = q0; q < q1; q++) acc[q] = 0.0f;
-    for (int ky = 0; ky < g->kh; ky++)
-      for (int kx = 0; kx < g->kw; kx++) {
-        float wv = w[ky * g->kw + kx];
-        const float* src = phases + (ky % s * s + kx % s) * plane + (long)(ky / s) * we + kx / s;
-#pragma omp simd
-        for (long q = q0; q < q1; q++) acc[q] += wv * src[q];
-      }
-  }
-  for (int oy = 0; oy < oh; oy++) memcpy(c + (long)oy * ow, acc + (long)oy * we, sizeof(float) * ow);
-}
-
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
                          long sxi, const plait_win* g, float* C, plait_epi_fn epi, void* const* extra) {
   int ow = g->ow, oh = n / ow, s = g->sw;
@@ -410,11 +373,6 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
     float* c = C + bz * (long)n;
     if (s == 1 && g->sh == 1) {
       plait_dw_flat(x, w, g, c);
-      if (epi) epi(c, bz, 0, 0, 1, n, extra);
-      continue;
-    }
-    if (s == g->sh && g->dh == 1 && g->dw == 1) {
-      plait_dw_phases(x, w, g, c);
       if (epi) epi(c, bz, 0, 0, 1, n, extra);
       continue;
     }
