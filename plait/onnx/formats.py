@@ -32,9 +32,9 @@ from plait.frontends.native.tensor import Tensor, where
 @dataclass(frozen=True)
 class FloatFormat:
     """A narrow float: `mbits` stored mantissa bits, normal exponents `emin`..`emax`, largest finite `max`.
-    `overflow` is what a value beyond `max` becomes without saturation ('inf' or 'nan'); `saturates` says
-    whether the `saturate` attribute applies (float8) or overflow always clamps (float4, which has no inf/NaN);
-    `neg_zero`: the format has a negative zero (the 'fnuz' variants do not)."""
+    `overflow` is what a value beyond `max` becomes without saturation: 'inf', 'nan', or 'max' (float4 has neither,
+    so it always clamps); `saturates`: the `saturate` attribute applies (float8 only); `neg_zero`: the format has a
+    negative zero (the 'fnuz' variants do not); `has_nan`: NaN stays NaN (float4 makes it 0)."""
 
     mbits: int
     emin: int
@@ -52,7 +52,7 @@ FLOATS: dict[int, FloatFormat] = {
     TP.FLOAT8E4M3FNUZ: FloatFormat(3, -7, 7, 240.0, "nan", neg_zero=False),
     TP.FLOAT8E5M2: FloatFormat(2, -14, 15, 57344.0, "inf"),
     TP.FLOAT8E5M2FNUZ: FloatFormat(2, -15, 15, 57344.0, "nan", neg_zero=False),
-    TP.FLOAT4E2M1: FloatFormat(1, 0, 2, 6.0, "max", neg_zero=True, has_nan=False),
+    TP.FLOAT4E2M1: FloatFormat(1, 0, 2, 6.0, "max", saturates=False, has_nan=False),
 }
 
 # integer storage formats: (bits, signed). int8/16 and uint8/16 wrap the same way inside a graph.
@@ -94,20 +94,22 @@ def is_storage(elem_type: int) -> bool:
     return elem_type in FLOATS or elem_type in INTS or elem_type == TP.FLOAT8E8M0
 
 
-def _binade(a: Tensor, lo: int, hi: int) -> tuple[Tensor, Tensor]:
-    """(2**e, e) for e = floor(log2(a)) clamped to [lo, hi], for a >= 0. A binary search of selects: each step
-    multiplies by a power of two, which is exact, so no log/pow rounding can put a value in the wrong binade."""
-    p = Tensor.full(a.shape, 2.0**lo, dtypes.float32, a.device)
-    e = Tensor.full(a.shape, float(lo), dtypes.float32, a.device)
+def _binade(a: Tensor, lo: int, hi: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(2**e, 2**-e, e) for e = floor(log2(a)) clamped to [lo, hi], for a >= 0. A binary search of selects: each
+    step multiplies by a power of two, which is exact, so no log/pow rounding can put a value in the wrong binade,
+    and the reciprocal lets callers scale by multiplying (a device's division may be approximate)."""
+    full = Tensor.full
+    p, inv = full(a.shape, 2.0**lo, dtypes.float32, a.device), full(a.shape, 2.0**-lo, dtypes.float32, a.device)
+    e = full(a.shape, float(lo), dtypes.float32, a.device)
     k = 1 << (hi - lo).bit_length()
     while k > 1:
         k //= 2
-        cand = p
+        cand, cinv = p, inv
         for _ in range(max(1, k // 64)):  # 2**128 is not a float32: take big steps 2**64 at a time
-            cand = cand * 2.0 ** min(k, 64)
+            cand, cinv = cand * 2.0 ** min(k, 64), cinv * 2.0 ** -min(k, 64)
         up = a >= cand
-        p, e = where(up, cand, p), where(up, e + float(k), e)
-    return p.minimum(2.0**hi), e.minimum(float(hi))
+        p, inv, e = where(up, cand, p), where(up, cinv, inv), where(up, e + float(k), e)
+    return p.minimum(2.0**hi), inv.maximum(2.0**-hi), e.minimum(float(hi))
 
 
 def rne(y: Tensor) -> Tensor:
@@ -120,8 +122,8 @@ def rne(y: Tensor) -> Tensor:
 def round_float(x: Tensor, fmt: FloatFormat, saturate: bool) -> Tensor:
     """float32 `x` rounded to the nearest value of `fmt` (ties to even), as float32."""
     a = x.abs()
-    q = _binade(a, fmt.emin, fmt.emax)[0] * 2.0**-fmt.mbits  # the grid step at a's binade (fixed in subnormals)
-    r = rne(a / q) * q
+    p, inv, _ = _binade(a, fmt.emin, fmt.emax)  # the grid step at a's binade is p * 2**-mbits (fixed in subnormals)
+    r = rne(a * inv * 2.0**fmt.mbits) * (p * 2.0**-fmt.mbits)
     over = r > fmt.max
     if fmt.overflow == "max" or (saturate and fmt.saturates):
         r = where(over, fmt.max, r)
@@ -183,11 +185,11 @@ def float_bits(x: Tensor, ebits: int, mbits: int) -> Tensor:
     bias = (1 << (ebits - 1)) - 1
     xf = x.astype(dtypes.float32)
     a = xf.abs()
-    p, e = _binade(a, 1 - bias, bias)
+    _, inv, e = _binade(a, 1 - bias, bias)
     normal = a >= 2.0 ** (1 - bias)
     finite = a < math.inf
     sub = a * 2.0**mbits * 2.0 ** (bias - 1)  # subnormal: a / 2**(1 - bias - mbits), in two exact steps
-    mant = where(normal, (a / where(finite, p, 1.0) - 1.0) * 2.0**mbits, sub)
+    mant = where(normal, (where(finite, a, 1.0) * inv - 1.0) * 2.0**mbits, sub)
     special = (a == math.inf) | (a != a)
     mant = where(special, where(a != a, 2.0 ** (mbits - 1), 0.0), mant)
     expo = where(special, float((1 << ebits) - 1), where(normal, e + float(bias), 0.0))
