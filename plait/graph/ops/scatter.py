@@ -1,8 +1,8 @@
 """Element scatter with a reduction, and the indices of the top k of each row: two custom kernels.
 
-`scatter_flat` writes updates into a copy of a flat tensor at data-dependent positions (ONNX ScatterElements,
-ScatterND, TensorScatter and MaxUnpool all lower to it); `topk_rows` ranks each row's elements (ONNX TopK and the
-sorts built on it). Both render one whole kernel per dialect, like the row gather in indexing.py, and give the
+`scatter_rows` writes updates into a copy of each row of a 2-D tensor at data-dependent positions (ONNX
+ScatterElements, ScatterND, TensorScatter, MaxUnpool and Col2Im all lower to it); `topk_rows` ranks each row's
+elements (ONNX TopK). Both render one whole kernel per dialect, like the row gather in indexing.py, and give the
 same answer on every device: updates are applied in index order, and ties in a ranking go to the lower position.
 """
 
@@ -20,22 +20,23 @@ from plait.graph.ops.indexing import _finish, _launch, _params
 REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 
-def scatter_flat(data: Node, index: Node, updates: Node, reduction: str = "none") -> Node:
-    """out = data, then for m in order: out[index[m]] = reduce(out[index[m]], updates[m]) (1-D data, index and
-    updates). `reduction` "none" overwrites (the last update to a position wins); positions out of range are
-    skipped."""
-    if len(data.shape) != 1 or len(index.shape) != 1 or index.shape != updates.shape:
+def scatter_rows(data: Node, index: Node, updates: Node, reduction: str = "none") -> Node:
+    """out = data, then in each row r, for k in order: out[r, index[r, k]] = reduce(out[r, index[r, k]],
+    updates[r, k]) for a 2-D data (R, L) and index and updates (R, K). `reduction` "none" overwrites (the last
+    update to a position wins); positions outside [0, L) are skipped. Rows are independent, so a scatter along
+    one axis (a cache write, ScatterElements) costs O(K) per output element, not O(all updates)."""
+    if len(data.shape) != 2 or len(index.shape) != 2 or index.shape != updates.shape or index.shape[0] != data.shape[0]:
         raise ShapeError(
-            f"scatter_flat: need a 1-D data and equal 1-D index and updates, got {data.shape}, {index.shape} and"
-            f" {updates.shape}"
+            f"scatter_rows: need a 2-D data (R, L) and index and updates of one shape (R, K), got {data.shape},"
+            f" {index.shape} and {updates.shape}"
         )
     if index.dtype not in (dtypes.int32, dtypes.int64):
-        raise DTypeError(f"scatter_flat: the index must be int32 or int64, got {index.dtype.name}")
+        raise DTypeError(f"scatter_rows: the index must be int32 or int64, got {index.dtype.name}")
     if updates.dtype != data.dtype:
-        raise DTypeError(f"scatter_flat: updates are {updates.dtype.name} but data is {data.dtype.name}; cast one")
+        raise DTypeError(f"scatter_rows: updates are {updates.dtype.name} but data is {data.dtype.name}; cast one")
     if reduction not in REDUCTIONS:
-        raise UnsupportedError(f"scatter_flat: reduction {reduction!r} is not one of {REDUCTIONS}")
-    return Node("scatter_flat", (data, index, updates), reduction, data.shape, data.dtype, data.device)
+        raise UnsupportedError(f"scatter_rows: reduction {reduction!r} is not one of {REDUCTIONS}")
+    return Node("scatter_rows", (data, index, updates), reduction, data.shape, data.dtype, data.device)
 
 
 def topk_rows(x: Node, k: int, largest: bool = True) -> Node:
@@ -57,7 +58,8 @@ def _combine(reduction: str, acc: str, val: str) -> str:
 
 
 def _scatter_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
-    n, m = out.shape[0], inputs[1].shape[0]
+    rows, length = out.shape
+    k = inputs[1].shape[1]
     dt = out.dtype
     ct = r.compute_type(dt)
     params = _params(r, out, inputs)
@@ -65,25 +67,27 @@ def _scatter_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
     if r.dialect == "c":
         body = (
             "#pragma omp parallel for schedule(static)\n"
-            f"  for (long i = 0; i < {n}; i++) b0[i] = b1[i];\n"
-            f"  for (long k = 0; k < {m}; k++) {{\n"
-            "    long i = (long)b2[k];\n"
-            f"    if (i < 0 || i >= {n}) continue;\n"
-            f"    {ct} acc = {r.load(dt, 'b0', 'i')}, val = {r.load(dt, 'b3', 'k')};\n"
-            f"    {r.store(dt, 'b0', 'i', new)}\n"
-            "  }\n"
+            f"  for (long row = 0; row < {rows}; row++) {{\n"
+            f"    for (long i = 0; i < {length}; i++) b0[row * {length} + i] = b1[row * {length} + i];\n"
+            f"    for (long k = 0; k < {k}; k++) {{\n"
+            f"      long i = (long)b2[row * {k} + k];\n"
+            f"      if (i < 0 || i >= {length}) continue;\n"
+            f"      {ct} acc = {r.load(dt, 'b0', f'row * {length} + i')}, val = {r.load(dt, 'b3', f'row * {k} + k')};\n"
+            f"      {r.store(dt, 'b0', f'row * {length} + i', new)}\n"
+            "    }\n  }\n"
         )
-        return _finish(r, "scatter_flat", out, params, body, (1,), None)
-    # one work-item per output element walks the updates in order: no atomics, the same order as the C kernel
-    gs, ls, head = _launch(r, n)
+        return _finish(r, "scatter_rows", out, params, body, (1,), None)
+    # one work-item per output element walks its row's updates in order: no atomics, the C kernel's order
+    gs, ls, head = _launch(r, rows * length)
     body = (
-        head + f"  {ct} acc = {r.load(dt, 'b1', 'gid')};\n"
-        f"  for (long k = 0; k < {m}; k++) if ((long)b2[k] == gid) {{\n"
-        f"    {ct} val = {r.load(dt, 'b3', 'k')};\n"
+        head + f"  long row = gid / {length}, i = gid % {length};\n"
+        f"  {ct} acc = {r.load(dt, 'b1', 'gid')};\n"
+        f"  for (long k = 0; k < {k}; k++) if ((long)b2[row * {k} + k] == i) {{\n"
+        f"    {ct} val = {r.load(dt, 'b3', f'row * {k} + k')};\n"
         f"    acc = {new};\n  }}\n"
         f"  {r.store(dt, 'b0', 'gid', 'acc')}\n"
     )
-    return _finish(r, "scatter_flat", out, params, body, gs, ls)
+    return _finish(r, "scatter_rows", out, params, body, gs, ls)
 
 
 def _topk_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
@@ -116,5 +120,5 @@ def _topk_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
     return _finish(r, "topk", out, params, body, gs, ls)
 
 
-register(OpDef("scatter_flat", "custom", kernel=_scatter_kernel))
+register(OpDef("scatter_rows", "custom", kernel=_scatter_kernel))
 register(OpDef("topk_rows", "custom", kernel=_topk_kernel))

@@ -182,10 +182,10 @@ def _col2im(ctx: Ctx, ins: list[Any]) -> Tensor:
         ok &= (coord >= 0) & (coord < image[i])
         pos += coord * ist[i]
     plane = math.prod(image)
-    off = (np.arange(n * c).reshape(-1, 1, 1) * plane + pos[None]).reshape(n, c * k, -1)
-    off = np.where(np.broadcast_to(ok[None], (n * c, *ok.shape)).reshape(n, c * k, -1), off, -1)
-    zeros = Tensor.zeros(n, c, *image, dtype=x.dtype, device=x.device)
-    return apply_scatter(ctx, zeros, off, x, "add")
+    blocks = math.prod(grid)
+    at = np.broadcast_to(np.where(ok, pos, -1).reshape(1, k * blocks), (n * c, k * blocks))  # -1: skipped
+    zeros = Tensor.zeros(n * c, plane, dtype=x.dtype, device=x.device)
+    return apply_scatter(ctx, zeros, at, x.reshape(n * c, k * blocks), "add").reshape(n, c, *image)
 
 
 register("Col2Im", _col2im)
@@ -200,11 +200,16 @@ def _max_unpool(ctx: Ctx, ins: list[Any]) -> Tensor:
     inferred = [(x.shape[2 + i] - 1) * stv[i] - pads[i] - pads[i + d] + kernel[i] for i in range(d)]
     if tuple(idx.shape) != x.shape:
         raise ctx.error(f"indices {tuple(idx.shape)} must have the input's shape {x.shape}")
-    zeros = Tensor.zeros(*x.shape[:2], *inferred, dtype=x.dtype, device=x.device)
-    total = math.prod(zeros.shape)
-    if isinstance(idx, np.ndarray) and idx.size and (idx.min() < 0 or idx.max() >= total):
-        raise ctx.error(f"an index is outside the unpooled tensor {zeros.shape} ({total} elements)")
-    y = apply_scatter(ctx, zeros, idx, x, "none")
+    planes, plane, count = x.shape[0] * x.shape[1], math.prod(inferred), math.prod(x.shape[2:])
+    first = np.arange(planes, dtype=np.int64).reshape(planes, 1) * plane  # each plane's first flat index
+    if isinstance(idx, np.ndarray):
+        at: Value = idx.reshape(planes, count).astype(np.int64) - first
+        if at.size and (at.min() < 0 or at.max() >= plane):
+            raise ctx.error(f"an index points outside its own (n, c) plane of {inferred} (MaxPool indices do not)")
+    else:
+        at = idx.astype(dtypes.int64).reshape(planes, count) - ctx.t(first)  # outside its plane: skipped
+    zeros = Tensor.zeros(planes, plane, dtype=x.dtype, device=x.device)
+    y = apply_scatter(ctx, zeros, at, x.reshape(planes, count), "none").reshape(*x.shape[:2], *inferred)
     if len(ins) > 2 and ins[2] is not None:
         want = ctx.ints(ins[2], "output_shape")
         if len(want) != x.ndim or any(w < s for w, s in zip(want, y.shape, strict=True)):
