@@ -1,8 +1,9 @@
 """Attention (opset 23+) and the loss ops (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss), BitShift.
 
 Attention takes 3-D (batch, seq, heads*size) or 4-D (batch, heads, seq, size) Q/K/V, an optional bool or additive
-mask, a KV cache (past_key/past_value, returned concatenated as present_*), grouped-query heads, causal masking,
-a scale and a softcap. Class picks in the losses are one-hot compares summed over the class axis (no gather).
+mask, a KV cache (past_key/past_value, returned concatenated as present_*) or an external one (nonpad_kv_seqlen),
+grouped-query heads, causal masking, sliding windows, a scale and a softcap. Class picks in the losses are one-hot
+compares summed over the class axis (no gather). BitShift right is a floor division, exact in integers.
 """
 
 from __future__ import annotations

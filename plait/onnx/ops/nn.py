@@ -207,8 +207,11 @@ def _separable(x: Tensor, kernel: list[int], strides: list[int], dil: list[int],
     for i, (k, s, d, n) in enumerate(zip(kernel, strides, dil, out, strict=True)):
         ax = 2 + i
         views = [y[(slice(None),) * ax + (slice(o * d, o * d + (n - 1) * s + 1, s),)] for o in range(k)]
+        if k == 1:
+            y = views[0]
+            continue
         win = stack(views, -1)
-        y = views[0] if k == 1 else win.max(axis=-1) if op == "max" else win.sum(axis=-1)
+        y = win.max(axis=-1) if op == "max" else win.sum(axis=-1)
     return y
 
 
