@@ -176,3 +176,15 @@ def test_bench_kernels_flag(tiny: BenchModel, tmp_path: Path, thread_env: None) 
     assert "## kernels" in md and "### tiny infer-1 b1 plait:cpu" in md and "**total**" in md
     assert "### tiny infer-1 b1 plait:cpu" in (out / "kernels.md").read_text()
     assert "<h2>kernels</h2>" in (out / "report.html").read_text()
+
+
+def test_report_sections_name_a_failed_report(tmp_path: Path) -> None:
+    from plait.bench import report
+    from tests.bench.test_report import _result
+
+    result = _result()
+    result["cells"][0]["kernels"] = {"error": "PlaitError: kernel report: there is no compiled plan"}
+    md = report.markdown(result)
+    assert "### resnet18 infer-1 b1 plait:cpu" in md and "no kernel report: PlaitError" in md
+    paths = report.write_all(result, tmp_path)
+    assert "no kernel report" in paths["kernels"].read_text()
