@@ -121,13 +121,13 @@ def test_unknown_operator_and_opset() -> None:
     with pytest.raises(plait.PlaitError, match="fancy"):
         InferenceSession(m.SerializeToString(), device="cpu")
     g2 = helper.make_graph(
-        [helper.make_node("NonMaxSuppression", ["x", "x"], ["y"], name="nms")],
+        [helper.make_node("ImageDecoder", ["x"], ["y"], name="decode")],
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.INT64, [1, 3])],
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [64])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [8, 8, 3])],
     )
-    with pytest.raises(plait.UnsupportedError, match=r"nms.*NonMaxSuppression"):
-        InferenceSession(helper.make_model(g2, opset_imports=[helper.make_opsetid("", 17)]), device="cpu")
+    with pytest.raises(plait.UnsupportedError, match=r"decode.*ImageDecoder"):
+        InferenceSession(helper.make_model(g2, opset_imports=[helper.make_opsetid("", 20)]), device="cpu")
     with pytest.raises(plait.UnsupportedError, match="opset 5"):
         InferenceSession(_mlp(opset=5).SerializeToString(), device="cpu")
 
