@@ -119,6 +119,26 @@ def rne(y: Tensor) -> Tensor:
     return where(odd_tie, f - 1.0, f)
 
 
+def _split(v: Tensor) -> tuple[Tensor, Tensor]:
+    """v = hi + lo exactly, hi with 12 significant bits (v rounded on its binade's 2**-11 grid), lo the rest: the
+    halves multiply exactly in float32 (Dekker)."""
+    p, inv, _ = _binade(v.abs(), -126, 127)
+    hi = rne(v * inv * 2048.0) * (p * 2.0**-11)
+    return hi, v - hi
+
+
+def div_rn(a: Tensor, b: Tensor) -> Tensor:
+    """a / b rounded to the nearest float32 even where the device's division is not (OpenCL allows 2.5 ulp, and
+    NVIDIA's default build uses that): the residual a - q b of the device quotient q comes from exact half-width
+    products (Dekker), and one correction step moves q to the nearest float32 (a quotient is never a tie)."""
+    q = a / b
+    qh, ql = _split(q)
+    bh, bl = _split(b)
+    r = (((a - qh * bh) - qh * bl) - ql * bh) - ql * bl
+    fixed = q + r / b
+    return where((fixed == fixed) & (fixed.abs() < math.inf), fixed, q)
+
+
 def round_float(x: Tensor, fmt: FloatFormat, saturate: bool) -> Tensor:
     """float32 `x` rounded to the nearest value of `fmt` (ties to even), as float32."""
     a = x.abs()

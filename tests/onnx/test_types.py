@@ -174,6 +174,18 @@ def test_quantize_dequantize_per_axis(zp_type: int, device: str) -> None:
     _check(d, {"q": y, "s": scale, "zp": zp}, device)
 
 
+def test_quantize_ties_survive_the_division(device: str) -> None:
+    """Values whose x / scale is exactly half-way between integers round to even on every device, including those
+    whose division is approximate (the quotient is corrected to the nearest float32 first)."""
+    rng = np.random.default_rng(7)
+    scale = np.float32(0.3711)
+    k = rng.integers(-120, 120, 4000).astype(np.float32) + np.float32(0.5)
+    x = (k * scale).astype(np.float32)
+    x = np.concatenate([x[x / scale == k], (rng.standard_normal(1000) * 30).astype(np.float32)])
+    model = _quant_model("QuantizeLinear", [("x", TP.FLOAT, [x.size]), ("s", TP.FLOAT, [])], TP.INT8, output_dtype=3)
+    _check(model, {"x": x, "s": np.array(scale)}, device)
+
+
 def test_quantize_blocked_with_a_partial_block(device: str) -> None:
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((3, 5)) * 20).astype(np.float32)

@@ -96,7 +96,7 @@ def _quantize_linear(ctx: Ctx, ins: list[Any]) -> Tensor:
         xf = formats.cast(xf, precision, dt).astype(dtypes.float32)
         scale = formats.cast(scale, precision, dt).astype(dtypes.float32)
     zp = None if zp_in is None or to in _FLOAT8 else _along(ctx, zp_in, x.shape, axis, block, "y_zero_point")
-    return _quantize(ctx, xf / scale, to, zp, bool(ctx.attr("saturate", 1)))
+    return _quantize(ctx, formats.div_rn(xf, scale), to, zp, bool(ctx.attr("saturate", 1)))
 
 
 def _dequantize_linear(ctx: Ctx, ins: list[Any]) -> Tensor:
@@ -114,23 +114,14 @@ def _dequantize_linear(ctx: Ctx, ins: list[Any]) -> Tensor:
     return formats.cast(y * scale, to, compute_dtype(elem_np(to), ctx.label))
 
 
-def _div255(r: Tensor) -> Tensor:
-    """r / 255 correctly rounded even where the device's division is not (OpenCL allows 2.5 ulp, and NVIDIA's
-    default build uses that). The residual r - 255 q is exact (Sterbenz: r - 256 q, then + q, each of two values
-    within a factor two), and one correction step moves q to the nearest float32 (r / 255 is never a tie)."""
-    q = r / 255.0
-    d = (r - q * 256.0) + q
-    return q + d / 255.0
-
-
 def _dynamic_quantize_linear(ctx: Ctx, ins: list[Any]) -> list[Tensor]:
     """uint8 quantization with a scale and zero point from x's range (widened to include 0)."""
     x = ctx.t(ins[0]).astype(dtypes.float32)
     hi = x.max().maximum(0.0)
     lo = x.min().minimum(0.0)
-    scale = _div255(where(hi == lo, 1.0, hi - lo))
-    zp = formats.rne((0.0 - lo / scale).clip(0.0, 255.0))
-    y = (formats.rne(x / scale) + zp).clip(0.0, 255.0).astype(dtypes.int32)
+    scale = formats.div_rn(where(hi == lo, 1.0, hi - lo), Tensor.full((), 255.0, dtypes.float32, x.device))
+    zp = formats.rne((0.0 - formats.div_rn(lo, scale)).clip(0.0, 255.0))
+    y = (formats.rne(formats.div_rn(x, scale)) + zp).clip(0.0, 255.0).astype(dtypes.int32)
     return [y, scale.astype(ctx.t(ins[0]).dtype), zp.astype(dtypes.int32)]
 
 
@@ -189,7 +180,7 @@ def _qlinear_matmul(ctx: Ctx, ins: list[Any]) -> Tensor:
     at = ctx.t(a)
     rows = at.shape[-2] if at.ndim >= 2 else None
     acc = _centered(ctx, at, a_zp, rows) @ _centered(ctx, b, b_zp)
-    mult = _scale(ctx, a_s, rows) * _scale(ctx, b_s) / _scale(ctx, y_s)
+    mult = formats.div_rn(_scale(ctx, a_s, rows) * _scale(ctx, b_s), _scale(ctx, y_s))
     to = ctx.elem_type(7, y_zp) if y_zp is not None else ctx.elem_type(0, a)
     return _requantize(ctx, acc, mult, y_zp, to)
 
@@ -213,7 +204,7 @@ def _qlinear_conv(ctx: Ctx, ins: list[Any]) -> Tensor:
     if ws.ndim == 1:
         ws = ws.reshape(-1, *([1] * (acc.ndim - 2)))
     to = ctx.elem_type(7, y_zp) if y_zp is not None else ctx.elem_type(0, x)
-    return _requantize(ctx, acc, _scale(ctx, x_s) * ws / _scale(ctx, y_s), y_zp, to)
+    return _requantize(ctx, acc, formats.div_rn(_scale(ctx, x_s) * ws, _scale(ctx, y_s)), y_zp, to)
 
 
 register("QuantizeLinear", _quantize_linear)
