@@ -84,43 +84,53 @@ static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int
 }
 
 /* The same panels gathered from an image (channels x h x w): column j reads output position (j / ow, j % ow).
-   Each output row inside a panel is one strided run of an input row, split into zero padding and a copy. */
+   The columns split once into runs that stay inside one panel and one output row; for every row k of the patch
+   matrix each run is then one strided run of an input row: zero padding and a copy, with no division. */
 static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, int j0, int j1, int n, int nr,
                            float* bp, int pos) {
-  int kk = g->kh * g->kw, hw = g->h * g->w;
+  int kk = g->kh * g->kw, hw = g->h * g->w, s = g->sw, nseg = 0;
+  int sdst[j1 - j0 + 1], slen[j1 - j0 + 1], soy[j1 - j0 + 1], sox[j1 - j0 + 1];
+  for (int j = j0; j < j1;) {
+    int t = pos + j - j0, pj = t % nr, run = nr - pj;
+    if (j1 - j < run) run = j1 - j;
+    sdst[nseg] = (t - pj) * kc + pj;
+    if (j >= n) {
+      soy[nseg] = -1;
+    } else {
+      soy[nseg] = j / g->ow, sox[nseg] = j % g->ow;
+      if (g->ow - sox[nseg] < run) run = g->ow - sox[nseg];
+      if (n - j < run) run = n - j;
+    }
+    slen[nseg++] = run;
+    j += run;
+  }
   int ci = pc / kk, ky = pc % kk / g->kw, kx = pc % g->kw;
   for (int p = 0; p < kc; p++) {
     const float* xc = x + (long)ci * hw;
     int dy = ky * g->dh - g->ph, dx = kx * g->dw - g->pw;
-    for (int j = j0; j < j1;) {
-      int t = pos + j - j0, pj = t % nr, run = nr - pj;
-      if (j1 - j < run) run = j1 - j;
-      float* d = bp + (long)(t - pj) * kc + (long)p * nr + pj;
-      if (j >= n) {
+    for (int e = 0; e < nseg; e++) {
+      float* d = bp + sdst[e] + (long)p * nr;
+      int run = slen[e], iy = soy[e] * g->sh + dy;
+      if (soy[e] < 0 || iy < 0 || iy >= g->h) {
         memset(d, 0, sizeof(float) * run);
-        j += run;
         continue;
       }
-      int oy = j / g->ow, ox = j % g->ow;
-      if (g->ow - ox < run) run = g->ow - ox;
-      if (n - j < run) run = n - j;
-      int iy = oy * g->sh + dy;
-      if (iy < 0 || iy >= g->h) {
-        memset(d, 0, sizeof(float) * run);
+      const float* xr = xc + (long)iy * g->w;
+      int ix0 = sox[e] * s + dx, lo, hi;
+      if (s == 1) {
+        lo = ix0 >= 0 ? 0 : -ix0;
+        hi = g->w - ix0;
       } else {
-        const float* xr = xc + (long)iy * g->w;
-        int ix0 = ox * g->sw + dx, s = g->sw;
-        int lo = ix0 >= 0 ? 0 : (-ix0 + s - 1) / s;
-        int hi = ix0 >= g->w ? 0 : (g->w - 1 - ix0) / s + 1;
-        if (lo > run) lo = run;
-        if (hi > run) hi = run;
-        if (hi < lo) hi = lo;
-        for (int q = 0; q < lo; q++) d[q] = 0.0f;
-        if (s == 1) memcpy(d + lo, xr + ix0 + lo, sizeof(float) * (hi - lo));
-        else for (int q = lo; q < hi; q++) d[q] = xr[ix0 + q * s];
-        for (int q = hi; q < run; q++) d[q] = 0.0f;
+        lo = ix0 >= 0 ? 0 : (-ix0 + s - 1) / s;
+        hi = ix0 >= g->w ? 0 : (g->w - 1 - ix0) / s + 1;
       }
-      j += run;
+      if (lo > run) lo = run;
+      if (hi > run) hi = run;
+      if (hi < lo) hi = lo;
+      for (int q = 0; q < lo; q++) d[q] = 0.0f;
+      if (s == 1) memcpy(d + lo, xr + ix0 + lo, sizeof(float) * (hi - lo));
+      else for (int q = lo; q < hi; q++) d[q] = xr[ix0 + q * s];
+      for (int q = hi; q < run; q++) d[q] = 0.0f;
     }
     if (++kx == g->kw) {
       kx = 0;
