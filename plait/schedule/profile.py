@@ -112,11 +112,11 @@ class KernelStat:
 
     @property
     def gflops(self) -> float:
-        return self.flops / self.time_s / 1e9
+        return self.flops / self.time_s / 1e9 if self.time_s > 0 else 0.0
 
     @property
     def gbps(self) -> float:
-        return self.bytes / self.time_s / 1e9
+        return self.bytes / self.time_s / 1e9 if self.time_s > 0 else 0.0
 
 
 @dataclass
