@@ -166,7 +166,8 @@ class OpenCLDevice(Device):
         todo = [(src, name) for key, src, name in keyed if key not in self._programs]
         todo = list(dict((name, (src, name)) for src, name in todo).values())  # a kernel used twice is built once
         if len(todo) > 1:
-            with warnings.catch_warnings():  # the threads' own catch_warnings interleave; this restores the filters
+            with warnings.catch_warnings():  # the threads' own catch_warnings interleave: hold the filter for all
+                warnings.simplefilter("ignore", _cl().CompilerWarning)
                 build_parallel(self._build_group, todo)
         return [self.compile(src, name) for src, name in kernels]
 
