@@ -159,6 +159,15 @@ class KernelReport:
             "bytes": self.total_bytes,
             **_rates(self.total_flops, self.total_bytes, self.total_s, self.peak_gflops, self.peak_gbps),
         }
+        kinds: dict[str, dict[str, Any]] = {}
+        for k in self.kernels:
+            agg = kinds.setdefault(k.kind, {"kernels": 0, "time_s": 0.0, "flops": 0, "bytes": 0})
+            agg["kernels"] += 1
+            agg["time_s"] += k.time_s
+            agg["flops"] += k.flops
+            agg["bytes"] += k.bytes
+        for agg in kinds.values():
+            agg.update(_rates(agg["flops"], agg["bytes"], agg["time_s"], self.peak_gflops, self.peak_gbps))
         return {
             "device": self.device,
             "device_name": self.device_name,
@@ -167,6 +176,7 @@ class KernelReport:
             "reps": self.reps,
             "replay_s": self.replay_s,
             "totals": totals,
+            "by_kind": kinds,
             "kernels": rows,
         }
 
@@ -197,7 +207,14 @@ def format_report(report: dict[str, Any], limit: int | None = None) -> str:
     header = ["#", "kernel", "kind", "ops", "shape", "ms", "%time", "GFLOP/s", "GB/s", "%peak FLOP", "%peak BW"]
     rows = report["kernels"][:limit] if limit is not None else report["kernels"]
     total = t["time_s"] or 1.0
-    lines = [head, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    kinds = sorted(report.get("by_kind", {}).items(), key=lambda kv: -kv[1]["time_s"])
+    by_kind = "; ".join(
+        f"{kind} {k['time_s'] * 1e3:.3f} ms ({100 * k['time_s'] / total:.0f}%, {k['kernels']} kernels, "
+        f"{k['gflops']:.1f} GFLOP/s, {k['gbps']:.1f} GB/s)"
+        for kind, k in kinds
+    )
+    lines = [head, "", f"By kind: {by_kind}", ""] if by_kind else [head, ""]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         where = f"{r['group']}:{r['index']}" if r.get("group") else str(r["index"])
         cells = [where, r["name"], r["kind"], r["ops"], r["shape"], f"{r['time_s'] * 1e3:.3f}"]

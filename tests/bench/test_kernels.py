@@ -40,6 +40,13 @@ def _check_consistent(report: KernelReport) -> dict:
     assert t["flops"] == sum(r["flops"] for r in rows) and t["bytes"] == sum(r["bytes"] for r in rows)
     assert t["gflops"] == pytest.approx(t["flops"] / t["time_s"] / 1e9)
     assert d["peak_gflops"] > 0 and d["peak_gbps"] > 0 and d["replay_s"] > 0
+    kinds = d["by_kind"]
+    assert set(kinds) == {r["kind"] for r in rows}
+    for kind, agg in kinds.items():
+        mine = [r for r in rows if r["kind"] == kind]
+        assert agg["kernels"] == len(mine) and agg["flops"] == sum(r["flops"] for r in mine)
+        assert agg["time_s"] == pytest.approx(sum(r["time_s"] for r in mine))
+    assert sum(a["time_s"] for a in kinds.values()) == pytest.approx(t["time_s"])
     json.dumps(d)  # JSON-ready
     return d
 
