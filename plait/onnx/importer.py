@@ -26,6 +26,9 @@ from plait.onnx.ops import TABLE, load_all
 
 Value = Tensor | np.ndarray
 
+# operators of ONNX's preview domain that the op table implements (under their plain names)
+PREVIEW_OPS = frozenset({("ai.onnx.preview", "FlexAttention")})
+
 
 @dataclass(frozen=True)
 class SeqValue:
@@ -166,7 +169,7 @@ class Importer:
             for a in node.attribute:
                 for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
                     self._check_ops(sub)
-            if node.domain not in DEFAULT_DOMAINS:
+            if node.domain not in DEFAULT_DOMAINS and (node.domain, node.op_type) not in PREVIEW_OPS:
                 raise OnnxUnsupportedError(
                     f"node {node.name!r}: operator {node.domain}.{node.op_type} is from a domain plait does not support"
                     " (only the default ONNX domain)"

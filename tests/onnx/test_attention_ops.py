@@ -1,6 +1,7 @@
 """ONNX Attention and BitShift (plait/onnx/ops/attention.py) against onnx's ReferenceEvaluator and NumPy, on every
 device: causal masks with a KV cache, sliding windows on both sides, an external cache (nonpad_kv_seqlen) with a
-bool mask, softcap before the mask, the qk_matmul_output modes, and right shifts over the whole int32/int64 range.
+bool mask, softcap before the mask, the qk_matmul_output modes, ai.onnx.preview FlexAttention with its score_mod and
+prob_mod subgraphs, and right shifts over the whole int32/int64 range.
 """
 
 from __future__ import annotations
@@ -86,3 +87,58 @@ def test_bitshift_right_is_exact(device: str, dtype: type) -> None:
     got = InferenceSession(model.SerializeToString(), device=device).run(None, {"x": x, "y": y})[0]
     # shifts below 0 or past the sign bit leave only the sign, as the node tests expect
     np.testing.assert_array_equal(got, x >> np.where((y < 0) | (y >= bits), bits - 1, y))
+
+
+def test_flex_attention_with_score_and_prob_mods(device: str) -> None:
+    """ai.onnx.preview FlexAttention with grouped-query heads, a causal score_mod and a prob_mod."""
+    f = h.make_tensor_value_info
+    rows = h.make_node("Shape", ["scores"], ["shape"])
+    score_mod = h.make_graph(
+        [
+            rows,
+            h.make_node("Gather", ["shape", "i2"], ["n_q"]),
+            h.make_node("Gather", ["shape", "i3"], ["n_k"]),
+            h.make_node("Range", ["zero", "n_q", "one"], ["qr"]),
+            h.make_node("Range", ["zero", "n_k", "one"], ["kr"]),
+            h.make_node("Unsqueeze", ["qr", "ax"], ["qi"]),
+            h.make_node("GreaterOrEqual", ["qi", "kr"], ["keep"]),
+            h.make_node("Where", ["keep", "scores", "low"], ["out"]),
+        ],
+        "score_mod",
+        [f("scores", 1, None)],
+        [f("out", 1, None)],
+        initializer=[
+            h.make_tensor("i2", 7, [], [2]),
+            h.make_tensor("i3", 7, [], [3]),
+            h.make_tensor("zero", 7, [], [0]),
+            h.make_tensor("one", 7, [], [1]),
+            h.make_tensor("ax", 7, [1], [1]),
+            h.make_tensor("low", 1, [], [-1e9]),
+        ],
+    )
+    prob_mod = h.make_graph(
+        [h.make_node("Mul", ["probs", "half"], ["out"])],
+        "prob_mod",
+        [f("probs", 1, None)],
+        [f("out", 1, None)],
+        initializer=[h.make_tensor("half", 1, [], [0.5])],
+    )
+    node = h.make_node(
+        "FlexAttention",
+        ["q", "k", "v"],
+        ["y"],
+        domain="ai.onnx.preview",
+        score_mod=score_mod,
+        prob_mod=prob_mod,
+        scale=0.3,
+    )
+    feed = {"q": _rand(2, 4, 5, 8, seed=0), "k": _rand(2, 2, 5, 8, seed=1), "v": _rand(2, 2, 5, 3, seed=2)}
+    inputs = [f(n, 1, a.shape) for n, a in feed.items()]
+    opsets = [h.make_opsetid("", 26), h.make_opsetid("ai.onnx.preview", 1)]
+    probe = h.make_model(h.make_graph([node], "g", inputs, [f("y", 1, None)]), opset_imports=opsets, ir_version=11)
+    want = ReferenceEvaluator(probe).run(None, feed)[0]
+    model = h.make_model(
+        h.make_graph([node], "g", inputs, [f("y", 1, want.shape)]), opset_imports=opsets, ir_version=11
+    )
+    got = InferenceSession(model.SerializeToString(), device=device).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

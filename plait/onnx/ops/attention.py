@@ -102,6 +102,37 @@ def _bias(ctx: Ctx, mask: Any, nonpad: Any, b: int, sq: int, skv: int, past: int
 register("Attention", _attention)
 
 
+def _flex_attention(ctx: Ctx, ins: list[Any]) -> Tensor:
+    """ai.onnx.preview FlexAttention: 4-D scaled dot-product attention (grouped-query heads allowed) whose scores
+    and probabilities pass through the optional `score_mod` and `prob_mod` subgraphs, each a function of the whole
+    (batch, heads, q, kv) tensor. Computed in float32, returned in V's type."""
+    q, k, v = (ctx.t(x) for x in ins[:3])
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ctx.error(
+            f"FlexAttention takes rank-4 Q, K, V (batch, heads, seq, size), got {q.shape}, {k.shape}, {v.shape}"
+        )
+    b, hq, _, e = q.shape
+    hk, skv = k.shape[1], k.shape[2]
+    if hq % hk or v.shape[1] != hk or v.shape[2] != skv or k.shape[3] != e:
+        raise ctx.error(f"FlexAttention: Q {q.shape}, K {k.shape} and V {v.shape} do not fit together")
+    if hq != hk:  # grouped-query attention: each kv head serves hq // hk consecutive query heads
+        rep = hq // hk
+        k = k.unsqueeze(2).expand(b, hk, rep, skv, e).reshape(b, hq, skv, e)
+        v = v.unsqueeze(2).expand(b, hk, rep, skv, v.shape[-1]).reshape(b, hq, skv, v.shape[-1])
+    scale = ctx.attr("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(e)
+    scores = (q.astype(dtypes.float32) @ k.astype(dtypes.float32).transpose(-2, -1)) * scale
+    if ctx.attr("score_mod") is not None:
+        scores = ctx.t(ctx.run_graph(ctx.attr("score_mod"), [scores])[0]).astype(dtypes.float32)
+    probs = F.softmax(scores, -1)
+    if ctx.attr("prob_mod") is not None:
+        probs = ctx.t(ctx.run_graph(ctx.attr("prob_mod"), [probs])[0]).astype(dtypes.float32)
+    return (probs @ v.astype(dtypes.float32)).astype(v.dtype)
+
+
+register("FlexAttention", _flex_attention)
+
+
 def _pick(ctx: Ctx, x: Tensor, target: Tensor, c: int) -> tuple[Tensor, Tensor]:
     """(one-hot of target over axis 1 of x, as x's dtype; the mask of targets not equal to ignore_index)."""
     shape = [1] * x.ndim
