@@ -164,7 +164,11 @@ def render_c(
     vec = not small and n == 1 and spec.conv is None
     # a narrow product (few columns, many rows: linear layers, late layers at batch 1) computes C^T = B^T A^T
     # instead, so the wide side fills the vector micro-tile
-    trans = not small and not vec and spec.conv is None and n < gemm_c.VW and m > n
+    # so does a product whose B is stored transposed (a linear layer's weight) with fewer rows than columns: then
+    # B^T is read in place and only the small A is gathered into panels
+    narrow_c = n < gemm_c.VW and m > n
+    transposed_b = sbk == 1 and sbn != 1 and m < n
+    trans = not small and not vec and spec.conv is None and (narrow_c or transposed_b)
     if "MR" in kn and "NR" in kn:
         mr, nv = kn["MR"], max(1, kn["NR"] // gemm_c.VW)
     else:

@@ -65,21 +65,28 @@ static float* plait_shared_scratch(size_t n) {
 }
 
 /* Rows [pc, pc+kc) and columns [j0, j1) of a strided B into panels of nr columns (bp[panel][p][j]); column j
-   lands at panel position pos + j - j0, columns past n are zero. */
+   lands at panel position pos + j - j0, columns past n are zero. Row-contiguous B is copied row by row, any other
+   column by column (a transposed B is then read sequentially, one page at a time). */
 static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int j0, int j1, int n, int nr,
                          float* bp, int pos) {
-  for (int p = 0; p < kc; p++) {
-    const float* src = b + (long)(pc + p) * sbk;
-    for (int j = j0; j < j1;) {
-      int t = pos + j - j0, pj = t % nr, run = nr - pj;
-      if (j1 - j < run) run = j1 - j;
-      float* d = bp + (long)(t - pj) * kc + (long)p * nr + pj;
-      int w = n - j < run ? (n - j > 0 ? n - j : 0) : run;
-      if (sbn == 1) memcpy(d, src + j, sizeof(float) * w);
-      else for (int q = 0; q < w; q++) d[q] = src[(long)(j + q) * sbn];
-      for (int q = w; q < run; q++) d[q] = 0.0f;
-      j += run;
+  for (int j = j0; j < j1;) {
+    int t = pos + j - j0, pj = t % nr, run = nr - pj;
+    if (j1 - j < run) run = j1 - j;
+    float* d = bp + (long)(t - pj) * kc + pj;
+    int w = n - j < run ? (n - j > 0 ? n - j : 0) : run;
+    if (sbn == 1) {
+      for (int p = 0; p < kc; p++) {
+        memcpy(d + (long)p * nr, b + (long)(pc + p) * sbk + j, sizeof(float) * w);
+        for (int q = w; q < run; q++) d[(long)p * nr + q] = 0.0f;
+      }
+    } else {
+      for (int q = 0; q < run; q++) {
+        const float* col = b + (long)(j + q) * sbn + (long)pc * sbk;
+        if (q < w) for (int p = 0; p < kc; p++) d[(long)p * nr + q] = col[(long)p * sbk];
+        else for (int p = 0; p < kc; p++) d[(long)p * nr + q] = 0.0f;
+      }
     }
+    j += run;
   }
 }
 

@@ -74,12 +74,15 @@ def test_training_keeps_the_patch_buffer():
     [(1, 7, 5), (5, 1, 9), (24, 16, 300), (25, 33, 257), (100, 37, 70), (64, 3, 20), (7, 300, 5), (130, 49, 513)],
 )
 @pytest.mark.parametrize("transpose_a", [False, True])
-def test_gemm_shapes(m, n, k, transpose_a):
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_gemm_shapes(m, n, k, transpose_a, transpose_b):
+    """Every register tile, the transposed-product paths (narrow C; B stored transposed as a linear weight) and
+    the matrix-vector path, with operands stored either way round."""
     a = rand((k, m) if transpose_a else (m, k))
-    b = rand((k, n), seed=1)
-    at = plait.tensor(a, device="cpu")
-    got = ((at.T if transpose_a else at) @ plait.tensor(b, device="cpu")).numpy()
-    want = (a.T if transpose_a else a) @ b
+    b = rand((n, k) if transpose_b else (k, n), seed=1)
+    at, bt = plait.tensor(a, device="cpu"), plait.tensor(b, device="cpu")
+    got = ((at.T if transpose_a else at) @ (bt.T if transpose_b else bt)).numpy()
+    want = (a.T if transpose_a else a) @ (b.T if transpose_b else b)
     assert_close(got, want, "float32", f"matmul {m}x{n}x{k}", tol_scale=10)
 
 
