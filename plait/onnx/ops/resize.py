@@ -41,6 +41,8 @@ def _resize(ctx: Ctx, ins: list[Any]) -> Tensor:
         for a, n in zip(axes, wanted, strict=True):
             scales[a], sizes[a] = n / x.shape[a], n
         policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        if policy not in ("stretch", "not_larger", "not_smaller"):
+            raise ctx.error(f"Resize keep_aspect_ratio_policy {policy!r} (stretch, not_larger or not_smaller)")
         if policy != "stretch":
             pick = min if policy == "not_larger" else max
             s = pick(scales[a] for a in axes)
