@@ -15,7 +15,7 @@ import plait
 import plait.tune
 from plait.codegen import gemm
 from plait.codegen.gemm import GemmSpec
-from plait.codegen.gemm_tc import check_device, check_knobs, mma_tf32_unsupported, run_probe
+from plait.codegen.gemm_tc import TC_DEFAULT, check_device, check_knobs, local_bytes, mma_tf32_unsupported, run_probe
 from plait.errors import DeviceError, UnsupportedError
 from plait.runtime import get_device
 from plait.runtime.base import join_sources
@@ -182,3 +182,27 @@ def test_bad_tiles_are_refused():
         check_knobs({"BM": 64, "BN": 64, "BK": 16, "WM": 24, "WN": 32})
     with pytest.raises(UnsupportedError, match="WM % 16"):
         check_knobs({"BM": 64, "BN": 64, "BK": 8, "WM": 32, "WN": 32, "KS": 2})
+
+
+@pytest.mark.parametrize(
+    ("batch", "m", "n", "k"),
+    [
+        (1, 4096, 4096, 4096),
+        (64, 512, 49, 4608),
+        (64, 64, 3136, 576),
+        (1, 512, 49, 4608),
+        (1, 64, 3136, 576),
+        (1, 16, 7, 3),
+        (64, 1024, 196, 256),
+        (3, 17, 100, 9),
+    ],
+)
+def test_heuristic_and_candidates_are_valid(batch, m, n, k):
+    """Every configuration plans or tuning may pick is a runnable tile shape within 48 KB of local memory."""
+    from plait.tune import GEMM_CANDIDATES, _tc_heuristic
+
+    spec = GemmSpec(batch, m, n, k, (0, 0, k, 1), (0, k * n, n, 1))
+    for knobs in [_tc_heuristic(spec), *GEMM_CANDIDATES["tc"], *GEMM_CANDIDATES["tc_small"]]:
+        check_knobs({**TC_DEFAULT, **knobs})
+        assert local_bytes(knobs) <= 48 * 1024, knobs
+        assert gemm.render_opencl(spec, {**knobs, "MMA": 0}).name.startswith("GEMM3XTF32EMU_")
