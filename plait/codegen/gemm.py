@@ -172,7 +172,10 @@ def render_c(
     if "MR" in kn and "NR" in kn:
         mr, nv = kn["MR"], max(1, kn["NR"] // gemm_c.VW)
     else:
-        mr, nv = gemm_c.pick_tile(n, m) if trans else gemm_c.pick_tile(m, n)
+        # narrow products sharing A over the batch run as one product over all batch entries' columns
+        merged = spec.batch > 1 and n < gemm_c.MERGE_BELOW and not trans and spec.a_inner == 0
+        merged = merged and (sab == 0 or spec.batch == spec.inner)
+        mr, nv = gemm_c.pick_tile(n, m) if trans else gemm_c.pick_tile(m, n * spec.batch if merged else n)
     # 32-bit index arithmetic where it fits lets the compiler vectorise the epilogue (divisions by constants)
     narrow = spec.batch * m * n < 2**31
     index = (

@@ -14,6 +14,7 @@ VW = 16  # floats per vector register (AVX-512; gcc splits the vector type on na
 # (MR, vectors per row) shapes of the register tile, every one about 24 accumulators
 TILES = ((24, 1), (12, 2), (8, 3), (6, 4))
 KC_MAX = 256
+MERGE_BELOW = 512  # products with fewer columns than this that share A over a batch merge the batch's columns
 
 
 def pick_tile(m: int, n: int) -> tuple[int, int]:
@@ -255,7 +256,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
                             long sak, const float* B, long sbb, long sbi, long sbk, long sbn, const plait_win* win,
                             float* C, int trans, plait_epi_fn epi, void* const* extra) {{
   long rs = trans ? 1 : n, cs = trans ? m : 1;
-  long images = batch > 1 && n < 512 && !trans && sai == 0 && (sab == 0 || batch == inner) ? batch : 0;
+  long images = batch > 1 && n < {MERGE_BELOW} && !trans && sai == 0 && (sab == 0 || batch == inner) ? batch : 0;
   long cols = images ? batch * n : n, nb = images ? 1 : batch;
   long panels = (cols + {nr - 1}) / {nr};
   int blocks = (m + {mr - 1}) / {mr};
