@@ -175,7 +175,7 @@ class _Operand:
         scale = f" * {self.vec}" if self.vec > 1 else ""
         return f"int l = tid + {i * self.nt}, {outer} = l / {per}, {inner} = l % {per}{scale};"
 
-    def fetch(self, base: str, r0: str, k0: str, full_r: bool, full_k: bool) -> str:
+    def fetch(self, r0: str, k0: str, full_r: bool, full_k: bool) -> str:
         """Statements loading this thread's share of the tile at (r0, k0) into registers x_reg[]."""
         x = self.name.lower()
         lines = []
@@ -367,12 +367,12 @@ __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__gl
   for (int i = 0; i < {mi}; i++) for (int j = 0; j < {ni}; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
 {a.regs()}{b.regs()}  {{
     const int k0 = 0;
-{a.fetch("a", "m0", "k0", full_m, full_k)}{b.fetch("b", "n0", "k0", full_n, full_k)}{a.store("As_[0]")}{b.store("Bs_[0]")}  }}
+{a.fetch("m0", "k0", full_m, full_k)}{b.fetch("n0", "k0", full_n, full_k)}{a.store("As_[0]")}{b.store("Bs_[0]")}  }}
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int kt = 0; kt < {kt}; kt++) {{
     const int cur = kt & 1, k0 = (kt + 1) * {bk};
     if (kt + 1 < {kt}) {{
-{a.fetch("a", "m0", "k0", full_m, full_k)}{b.fetch("b", "n0", "k0", full_n, full_k)}    }}
+{a.fetch("m0", "k0", full_m, full_k)}{b.fetch("n0", "k0", full_n, full_k)}    }}
     __local const float* As = As_[cur];
     __local const float* Bs = Bs_[cur];
 #pragma unroll
