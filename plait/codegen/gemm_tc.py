@@ -9,6 +9,11 @@ the products of KS k8 steps start from zero and then join the running sum with a
 add. Global loads of the next K tile go to registers while the warps compute on the current one, and land in the
 second of two local buffers (one barrier per tile).
 
+Knobs: BM x BN block tile, BK K tile, WM x WN per warp, WK warp groups splitting each K tile (few-tile products),
+KS k8 steps per FP32 add, FOLD=1 to run a batch of products sharing A as one product with the batch along the
+columns (late convolution layers, whose per-image width of 49 or 196 would waste most of a tile), MMA=0 for the
+portable twin.
+
 The same template has a portable twin (knob MMA=0, kernel kind GEMM3XTF32EMU) that computes each lane's
 accumulator elements of the same fragments with ordinary FMAs and an exact emulation of TF32 rounding, so the
 tiling, pipelining, bounds and epilogue run (and are tested) on any OpenCL device, PoCL on a CPU included. The
