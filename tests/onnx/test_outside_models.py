@@ -1,6 +1,6 @@
 """Networks outside the benchmark CNNs, built here with torch.nn, exported by torch.onnx.export (opsets 17 and 18)
 and run by plait and ONNX Runtime on the same input: a transformer encoder with a padding mask, recurrent taggers,
-a small U-Net, a squeeze-excitation block and an embedding MLP. Sizes are small so that each compiles quickly.
+a small U-Net, a squeeze-excitation block, an embedding MLP and max pooling that returns its indices. Sizes are small so that each compiles quickly.
 """
 
 from __future__ import annotations
@@ -166,3 +166,25 @@ def test_embedding_layernorm_gelu_mlp(device: str, opset: int) -> None:
     segments = (torch.arange(10) >= 5).long().expand(3, 10).contiguous()
     model = export(EmbeddingMLP(), (tokens, segments), opset=opset)
     _compare(model, {"input0": tokens.numpy(), "input1": segments.numpy()}, device)
+
+
+class PoolWithIndices(nn.Module):
+    """An encoder whose max pooling also returns where each maximum was (PyTorch's per-plane indices, which the
+    exporter derives from ONNX MaxPool's Indices output); the features go on through a convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = nn.Conv2d(3, 6, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1, return_indices=True)
+        self.mid = nn.Conv2d(6, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, idx = self.pool(torch.relu(self.enc(x)))
+        return self.mid(h), idx
+
+
+def test_max_pool_returning_indices(device: str) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 11, 12)
+    model = export(PoolWithIndices(), (x,), names=(["x"], ["y", "idx"]))
+    _compare(model, {"x": x.numpy()}, device)
