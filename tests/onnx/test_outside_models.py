@@ -1,6 +1,7 @@
 """Networks outside the benchmark CNNs, built here with torch.nn, exported by torch.onnx.export (opsets 17 and 18)
 and run by plait and ONNX Runtime on the same input: a transformer encoder with a padding mask, recurrent taggers,
-a small U-Net, a squeeze-excitation block, an embedding MLP and max pooling that returns its indices. Sizes are small so that each compiles quickly.
+a small U-Net, a squeeze-excitation block, an embedding MLP and max pooling that returns its indices. Sizes are
+small so that each compiles quickly.
 """
 
 from __future__ import annotations
