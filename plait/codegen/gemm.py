@@ -124,7 +124,9 @@ static void plait_sgemv_small(long batch, long inner, int m, int n, int k, const
 """
 
 
-def _tile_coords(shape: tuple[int, ...], batch: int, m: int, n: int) -> list[str] | None:
+def _tile_coords(
+    shape: tuple[int, ...], batch: int, m: int, n: int, rows: str = "(i0 + i)", cols: str = "(j0 + j)"
+) -> list[str] | None:
     """Per-axis coordinates of C element (bz, i0 + i, j0 + j) in `shape` when its axes split in order into batch,
     row and column groups; then a per-channel operand (BN, bias) is read at a row-constant index (one broadcast
     per row instead of a division and a gather per element). None when the axes do not split that way."""
@@ -139,7 +141,7 @@ def _tile_coords(shape: tuple[int, ...], batch: int, m: int, n: int) -> list[str
     if sizes != [batch, m, n]:
         return None
     coords = ["0"] * len(shape)
-    for g, var in zip(groups, ("bz", "(i0 + i)", "(j0 + j)"), strict=True):
+    for g, var in zip(groups, ("bz", rows, cols), strict=True):
         inner = 1
         for ax in reversed(g):
             d = shape[ax]
@@ -181,7 +183,9 @@ def render_c(
     index = (
         f"(int)bz * {m * n} + (i0 + i) * {n} + j0 + j" if narrow else f"bz * {m * n}L + (long)(i0 + i) * {n} + j0 + j"
     )
-    coords = _tile_coords(epi.root.shape, spec.batch, m, n) if epi is not None else None
+    # the GEMV of a matrix-vector product runs transposed: its column index is the product's row
+    rows, cols = ("(j0 + j)", "(i0 + i)") if vec else ("(i0 + i)", "(j0 + j)")
+    coords = _tile_coords(epi.root.shape, spec.batch, m, n, rows, cols) if epi is not None else None
     stmts, res, params = _epi(r, epi, "v", index, "      ", "int" if narrow else "long", coords)
     epi_fn, extra, epilogue, holder = "0", "0", "", ""
     if epi is not None:

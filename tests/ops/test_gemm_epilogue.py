@@ -48,3 +48,22 @@ def test_product_that_is_an_output_is_kept(device):
     plan = Plan([p.node, q.node])
     plan.run()
     assert len(plan.kernels) == 2
+
+
+@pytest.mark.parametrize(
+    ("sa", "sb", "extra"),
+    [
+        ((8, 8), (8, 1), (8, 1)),  # matrix-vector product with a per-row operand (the GEMV runs transposed)
+        ((2, 4, 8, 8), (2, 4, 8, 1), (2, 4, 8, 1)),
+        ((2, 4, 1, 8), (2, 4, 8, 8), (2, 4, 1, 8)),  # vector-matrix
+        ((2, 4, 8, 1), (2, 4, 1, 8), (2, 4, 8, 8)),  # outer products
+        ((6, 9, 5), (5, 1), (1, 9, 1)),  # per-row operand broadcast over the batch
+        ((6, 9, 5), (5, 7), (9, 1)),
+    ],
+)
+def test_epilogue_operand_indexed_by_output_coordinates(device, sa, sb, extra):
+    """An extra epilogue operand must be read at the coordinates of the product element, whichever way the
+    product's kernel walks it (transposed GEMV, narrow products, batches)."""
+    a, b, e = rand(sa), rand(sb, seed=1), rand(extra, seed=2)
+    got, _ = _plan(lambda a, b, e: e - (a @ b) * 0.5, [a, b, e], device)
+    assert_close(got, e - (a @ b) * 0.5, "float32", f"epilogue operand {extra} of {sa} @ {sb}")
