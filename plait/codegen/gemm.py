@@ -245,6 +245,32 @@ def render_c(
     return _finish(kind, spec, src, (1,), None)
 
 
+def conv_gather(spec: GemmSpec, k: str, col: str, cond: str, fold: bool = False) -> tuple[str, str]:
+    """(declarations, value) reading element B[k, col] of an implicit-convolution spec straight from the image
+    through the window (stride, padding, dilation): 0 outside the image or where `cond` fails. With `fold`,
+    `col` runs over every batch entry's columns (entry col / n) and the batch offset is added here."""
+    win = spec.conv
+    assert win is not None
+    taps, plane = win.kh * win.kw, win.h * win.w
+    decls = f"const int p_ = {k}; const long q_ = {col};"
+    off = ""
+    if fold:
+        n, inner = spec.n, spec.inner
+        decls += f" const long i_ = q_ / {n}; const int j_ = (int)(q_ % {n});"
+        off = (
+            f"i_ / {inner} * {spec.b[1]}L + i_ % {inner} * {spec.b_inner}L + " if inner > 1 else f"i_ * {spec.b[1]}L + "
+        )
+    else:
+        decls += " const int j_ = (int)q_;"
+    decls += (
+        f" const int t_ = p_ % {taps}, iy_ = j_ / {win.ow} * {win.sh} - {win.ph} + t_ / {win.kw} * {win.dh},"
+        f" ix_ = j_ % {win.ow} * {win.sw} - {win.pw} + t_ % {win.kw} * {win.dw};"
+    )
+    inside = f"(uint)iy_ < {win.h}u && (uint)ix_ < {win.w}u"
+    value = f"({cond} && {inside}) ? b[{off}(long)(p_ / {taps}) * {plane} + iy_ * {win.w} + ix_] : 0.0f"
+    return decls, value
+
+
 def _cl_operands(spec: GemmSpec) -> str:
     """The batch `bz`'s A, B and C pointers inside an OpenCL GEMM kernel (two-level batch strides)."""
     (ao, sab, _, _), (bo, sbb, _, _), i = spec.a, spec.b, spec.inner
@@ -255,14 +281,26 @@ def _cl_operands(spec: GemmSpec) -> str:
     )
 
 
+def _b_load(spec: GemmSpec, dest: str) -> str:
+    """The statement of the FP32 templates that loads B[gk, gn] (0 outside the product) into `dest`."""
+    cond = f"gn < {spec.n} && gk < {spec.k}"
+    if spec.conv is not None:
+        decls, value = conv_gather(spec, "gk", "gn", cond)
+        return f"{{ {decls} {dest} = {value}; }}"
+    _, _, sbk, sbn = spec.b
+    return f"{dest} = ({cond}) ? b[(long)gk * {sbk} + (long)gn * {sbn}] : 0.0f;"
+
+
 def _render_opencl_v2(spec: GemmSpec, tsk: int, r: Any, epi: Epilogue | None) -> RenderedKernel:
     """128x128 tiles, 8x8 outputs per work-item as two 4-wide groups 64 apart, so local-memory reads are
     conflict-free float4 loads (16 FMAs per load instead of 4)."""
     _, _, sam, sak = spec.a
-    _, _, sbk, sbn = spec.b
+    sbn = spec.b[3]
     m, n, k = spec.m, spec.n, spec.k
     a_map = "int mm = l / TSK, kk = l % TSK;" if sak == 1 else "int kk = l / 128, mm = l % 128;"
-    b_map = "int kk = l / 128, nn = l % 128;" if sbn == 1 else "int nn = l / TSK, kk = l % TSK;"
+    b_map = (
+        "int kk = l / 128, nn = l % 128;" if sbn == 1 or spec.conv is not None else "int nn = l / TSK, kk = l % TSK;"
+    )
     stmts, res, params = _epi(r, epi, "acc[i][j]", f"bz * {m * n}L + (long)gm * {n} + gn", "        ")
     src = f"""/* KERNEL_NAME */
 #define TSK {tsk}
@@ -284,7 +322,7 @@ __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void KERNEL_NAME(__glo
     for (int l = tid; l < TSK * 128; l += 256) {{
       {b_map}
       int gn = n0 + nn, gk = k0 + kk;
-      Bs[kk][nn] = (gn < {n} && gk < {k}) ? b[(long)gk * {sbk} + (long)gn * {sbn}] : 0.0f;
+      {_b_load(spec, "Bs[kk][nn]")}
     }}
     barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
@@ -331,10 +369,12 @@ def render_opencl(
     rm, rn = tsm // wm, tsn // wn
     nt = rm * rn
     _, _, sam, sak = spec.a
-    _, _, sbk, sbn = spec.b
+    sbn = spec.b[3]
     m, n, k = spec.m, spec.n, spec.k
     a_map = "int mm = l / TSK, kk = l % TSK;" if sak == 1 else "int kk = l / TSM, mm = l % TSM;"
-    b_map = "int kk = l / TSN, nn = l % TSN;" if sbn == 1 else "int nn = l / TSK, kk = l % TSK;"
+    b_map = (
+        "int kk = l / TSN, nn = l % TSN;" if sbn == 1 or spec.conv is not None else "int nn = l / TSK, kk = l % TSK;"
+    )
     stmts, res, params = _epi(r, epi, "acc[i][j]", f"bz * {m * n}L + (long)gm * {n} + gn", "        ")
     src = f"""/* KERNEL_NAME */
 #define TSM {tsm}
@@ -362,7 +402,7 @@ __kernel __attribute__((reqd_work_group_size(RTSN, RTSM, 1))) void KERNEL_NAME(_
     for (int l = tid; l < TSK * TSN; l += {nt}) {{
       {b_map}
       int gn = n0 + nn, gk = k0 + kk;
-      Bs[kk][nn] = (gn < {n} && gk < {k}) ? b[(long)gk * {sbk} + (long)gn * {sbn}] : 0.0f;
+      {_b_load(spec, "Bs[kk][nn]")}
     }}
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int kk = 0; kk < TSK; kk++) {{

@@ -5,7 +5,8 @@ so the kernels are shaped around B's layout (kernel kind GEMV):
 
 - B contiguous along K (a linear layer's weight, read as W^T): 32 work-items share one column, stride over K with
   (when aligned) float4 loads and meet in local memory, so each column's weights stream in coalesced 512-byte rows.
-- otherwise (im2col columns, contiguous along N): one work-item per column, neighbours read neighbouring columns.
+- otherwise (im2col columns, contiguous along N, or an implicit convolution whose taps are gathered from the image
+  through the window, depthwise ones included): one work-item per column, neighbours read neighbouring columns.
 
 Each work-item keeps one partial sum per row of A (at most 15), so A's rows are read once per column block.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from plait.codegen.cstyle import RenderedKernel
-from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish
+from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish, conv_gather
 from plait.errors import UnsupportedError
 
 MAX_ROWS = 15
@@ -26,9 +27,7 @@ def render(spec: GemmSpec, r: Any = None, epi: Epilogue | None = None) -> Render
     """The GEMV kernel for `spec` (M <= MAX_ROWS)."""
     if spec.m > MAX_ROWS:
         raise UnsupportedError(f"GEMV kernel for {spec}: at most {MAX_ROWS} rows; use the tiled GEMM templates")
-    if spec.conv is not None:
-        raise UnsupportedError(f"GEMV kernel for {spec}: no implicit-convolution loads; give it the im2col columns")
-    if spec.b[2] == 1 and spec.k > 1:
+    if spec.b[2] == 1 and spec.k > 1 and spec.conv is None:
         return _render_k_contiguous(spec, r, epi)
     return _render_columns(spec, r, epi)
 
@@ -38,6 +37,11 @@ def _render_columns(spec: GemmSpec, r: Any, epi: Epilogue | None) -> RenderedKer
     _, _, sam, sak = spec.a
     _, _, sbk, sbn = spec.b
     stmts, res, params = _epi(r, epi, "acc[i]", f"bz * {m * n}L + (long)i * {n} + j", "    ")
+    if spec.conv is not None:  # a depthwise or few-filter convolution: taps gathered from the image
+        decls, value = conv_gather(spec, "p", "j", "1")
+        load = f"float bv; {{ {decls} bv = {value}; }}"
+    else:
+        load = f"const float bv = b[(long)p * {sbk} + (long)j * {sbn}];"
     src = f"""/* KERNEL_NAME */
 __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
   const int j = get_global_id(0);
@@ -46,7 +50,7 @@ __kernel __attribute__((reqd_work_group_size(64, 1, 1))) void KERNEL_NAME(__glob
 {_cl_operands(spec)}  float acc[{m}];
   for (int i = 0; i < {m}; i++) acc[i] = 0.0f;
   for (int p = 0; p < {k}; p++) {{
-    const float bv = b[(long)p * {sbk} + (long)j * {sbn}];
+    {load}
     for (int i = 0; i < {m}; i++) acc[i] = fma(a[(long)i * {sam} + (long)p * {sak}], bv, acc[i]);
   }}
   for (int i = 0; i < {m}; i++) {{

@@ -23,12 +23,13 @@ it elsewhere raises instead of quietly running something else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from plait.codegen.cstyle import RenderedKernel
-from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish
+from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish, conv_gather
 from plait.errors import DeviceError, UnsupportedError
 
 TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 1}
@@ -153,9 +154,20 @@ class _Operand:
     paddings make a warp's fragment loads (8 rows x 4 k per register) hit 32 different banks."""
 
     def __init__(
-        self, name: str, rows: int, size: int, bk: int, sr: int, sk: int, aligned: bool, nt: int, row: str = ""
+        self,
+        name: str,
+        rows: int,
+        size: int,
+        bk: int,
+        sr: int,
+        sk: int,
+        aligned: bool,
+        nt: int,
+        row: str = "",
+        gather: Callable[[str, str, str], tuple[str, str]] | None = None,
     ):
         self.name, self.rows, self.size, self.bk = name, rows, size, bk
+        self.gather = gather  # (row, k, condition) -> (declarations, value): an implicit convolution's B
         self.sr, self.sk = sr, sk
         self.row = row or f"(long)(ROW) * {sr}"  # address of row ROW (its k = 0 element)
         self.kmajor = sk == 1
@@ -189,6 +201,10 @@ class _Operand:
             conds = [] if full_r else [f"{r0} + r < {self.size}"]
             if not full_k:
                 conds.append(f"{k0} + k < K_")
+            if self.gather is not None:
+                decls, value = self.gather(f"{r0} + r", f"{k0} + k", " && ".join(conds) or "1")
+                lines.append(f"    {guard}{{ {self._coords(i)} {decls} {x}_reg[{i}] = {value}; }}")
+                continue
             addr = f"{self.row.replace('ROW', f'{r0} + r')} + (long)({k0} + k) * {self.sk}"
             load = f"vload4(0, {x} + {addr})" if self.vec == 4 else f"{x}[{addr}]"
             zero = "(float4)(0.0f)" if self.vec == 4 else "0.0f"
@@ -309,10 +325,20 @@ def _b_operand(spec: GemmSpec, bn: int, bk: int, nt: int, fold: bool) -> tuple[_
     the columns: column gn of the one wide product is column gn % n of batch gn / n."""
     m, n = spec.m, spec.n
     _, sbb, sbk, sbn = spec.b
+    gather = None
+    if spec.conv is not None:
+
+        def gather(row: str, k: str, cond: str) -> tuple[str, str]:
+            return conv_gather(spec, k, row, cond, fold)
+
     if not fold:
-        return _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt), f"bz * {m * n}L + (long)gm * {n} + gn"
+        b = _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt, gather=gather)
+        return b, f"bz * {m * n}L + (long)gm * {n} + gn"
     if spec.a[1] or spec.a_inner:
         raise UnsupportedError(f"3xTF32 GEMM {spec}: FOLD=1 needs an A shared by every batch (batch stride 0)")
+    if gather is not None:
+        b = _Operand("B", bn, spec.batch * n, bk, 0, 0, False, nt, gather=gather)
+        return b, f"(long)(gn / {n}) * {m * n} + (long)gm * {n} + gn % {n}"
     img, col = f"(long)((ROW) / {n})", f"(long)((ROW) % {n})"
     inner = spec.inner
     batch_off = f"{img} * {sbb}" if inner == 1 else f"{img} / {inner} * {sbb} + {img} % {inner} * {spec.b_inner}"
@@ -343,8 +369,6 @@ def _reduce_warps(wk: int, warps: int, mi: int, ni: int) -> str:
 def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue | None = None) -> RenderedKernel:
     """The 3xTF32 GEMM for `spec`: block tile BM x BN, K tile BK, one warp per WM x WN sub-tile, WK warps
     splitting each K tile (their sums meet in local memory)."""
-    if spec.conv is not None:
-        raise UnsupportedError(f"3xTF32 GEMM {spec}: no implicit-convolution loads; give it the im2col columns")
     kn = {**TC_DEFAULT, **knobs}
     check_knobs(kn)
     bm, bn, bk, wm, wn, ks, emu = kn["BM"], kn["BN"], kn["BK"], kn["WM"], kn["WN"], kn["KS"], not kn["MMA"]

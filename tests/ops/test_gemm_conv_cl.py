@@ -1,0 +1,118 @@
+"""Implicit-GEMM convolution on OpenCL: every OpenCL GEMM kernel (3xTF32 and its portable twin, batch folded into
+the columns or not, the FP32 templates, the GEMV) reads its B tile straight from the image through the window
+(stride, padding, dilation, groups) instead of an im2col buffer; kernels and whole plans against PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+import plait.tune
+from plait.codegen import gemm
+from plait.codegen.gemm import GemmSpec
+from plait.codegen.gemm_tc import mma_tf32_unsupported
+from plait.graph.ops.conv import Window
+from plait.runtime import get_device
+from tests.conftest import DEVICES
+from tests.helpers import assert_close
+
+CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
+SMALL = {"V": 3, "BM": 32, "BN": 32, "BK": 8, "WM": 16, "WN": 16}
+WIDE = {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32}  # the plans' tiles
+SPLIT_K = {**SMALL, "BK": 32, "WK": 2}
+FP32 = [{}, {"TSM": 32, "TSN": 32, "TSK": 16, "WPTM": 2, "WPTN": 2}, {"V": 2, "TSK": 8}]
+
+GEOMETRIES = [  # n, c, h, w, co, kh, kw, stride, padding, dilation, groups
+    (2, 5, 11, 9, 20, 3, 3, (1, 1), (1, 1), (1, 1), 1),
+    (1, 3, 17, 15, 18, 7, 7, (2, 2), (3, 3), (1, 1), 1),
+    (3, 6, 8, 10, 18, 3, 2, (2, 1), (0, 1), (2, 1), 3),
+    (2, 8, 7, 7, 40, 1, 1, (2, 2), (0, 0), (1, 1), 1),
+    (2, 6, 9, 11, 6, 3, 3, (1, 1), (1, 1), (1, 1), 6),  # depthwise
+    (2, 4, 15, 12, 4, 5, 5, (2, 2), (2, 2), (1, 1), 4),  # depthwise, strided
+]
+
+
+def _conv_spec(n, c, h, w, co, kh, kw, stride, padding, dilation, groups) -> GemmSpec:
+    """The implicit-convolution GEMM the scheduler makes: per (image, group), the group's filters times the
+    group's patch columns, gathered from the NCHW image."""
+    win = Window(n, c // groups, h, w, kh, kw, *stride, *padding, *dilation)
+    cg, cog, k = c // groups, co // groups, c // groups * kh * kw
+    a = (0, 0, k, 1)
+    b = (0, c * h * w, 0, 0)
+    inner_a, inner_b = (cog * k, cg * h * w) if groups > 1 else (0, 0)
+    return GemmSpec(n * groups, cog, win.oh * win.ow, k, a, b, groups, inner_a, inner_b, win)
+
+
+def _run(device: str, spec: GemmSpec, knobs: dict[str, int], w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    dev = get_device(device)
+    kern = gemm.render_opencl(spec, knobs, dev.renderer)
+    al = dev.allocator
+    bufs = [al.alloc(4 * spec.batch * spec.m * spec.n), al.alloc(w.nbytes), al.alloc(x.nbytes)]
+    al.copy_in(bufs[1], w)
+    al.copy_in(bufs[2], x)
+    dev.compile(kern.source, kern.name).bind(bufs, kern.global_size, kern.local_size)()
+    out = np.empty((spec.batch, spec.m, spec.n), np.float32)
+    al.copy_out(bufs[0], out)
+    for buf in bufs:
+        al.free(buf.nbytes, buf.handle)
+    return out
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize("geo", GEOMETRIES)
+def test_kernels_gather_patches(device, geo):
+    n, c, h, w, co, kh, kw, stride, padding, dilation, groups = geo
+    rng = np.random.default_rng(co * h + kw)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((co, c // groups, kh, kw), dtype=np.float32)
+    want = torch.nn.functional.conv2d(
+        torch.from_numpy(x), torch.from_numpy(wt), None, stride, padding, dilation, groups
+    )
+    want64 = torch.nn.functional.conv2d(
+        torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, stride, padding, dilation, groups
+    ).numpy()
+    spec = _conv_spec(*geo)
+    fp32_err = float(np.abs(want.numpy() - want64).max() / np.abs(want64).max())
+    configs: list[dict[str, int]] = [{"V": 4}] if spec.m <= 15 else []
+    if spec.m >= 16:
+        for mma in [0] if mma_tf32_unsupported(get_device(device)) else [0, 1]:
+            configs += [{**SMALL, "MMA": mma}, {**SPLIT_K, "MMA": mma, "FOLD": int(groups == 1)}]
+        configs += FP32 if geo == GEOMETRIES[0] else FP32[:1]
+    for knobs in configs:
+        got = _run(device, spec, knobs, wt, x).reshape(want.shape)
+        err = float(np.abs(got - want64).max() / np.abs(want64).max())
+        assert err <= 4 * fp32_err + 1e-6, f"{knobs} {geo}: max rel error {err:.2e} vs fp32 {fp32_err:.2e}"
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize("geo", GEOMETRIES)
+def test_plans_read_the_image(device, geo, monkeypatch):
+    """Inference plans on OpenCL make no im2col buffer: the GEMM (tensor-core twin or GEMV) gathers the patches and
+    runs bias + ReLU in its epilogue, one kernel per convolution."""
+    mma = 0 if mma_tf32_unsupported(get_device(device)) else 1
+
+    def knobs(device: object, kind: str, spec: GemmSpec) -> dict[str, int]:
+        return {"V": 4} if spec.m <= 15 else {**WIDE, "MMA": mma}
+
+    monkeypatch.setattr(plait.tune, "_heuristic", knobs)
+    n, c, h, w, co, kh, kw, stride, padding, dilation, groups = geo
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((co, c // groups, kh, kw), dtype=np.float32)
+    bias = rng.standard_normal(co, dtype=np.float32)
+
+    def net(t: plait.Tensor) -> plait.Tensor:
+        wp, bp = plait.tensor(wt, device=device), plait.tensor(bias, device=device)
+        return F.conv2d(t, wp, bp, stride, padding, dilation, groups).relu()
+
+    fn = plait.jit(net, device=device)
+    got = fn(x)
+    want = torch.nn.functional.conv2d(*(torch.from_numpy(v) for v in (x, wt, bias)), stride, padding, dilation, groups)
+    assert_close(got, want.relu().numpy(), "float32", f"conv2d {geo} on {device}", tol_scale=10)
+    plan, _ = fn.plan_for([x])
+    kinds = [k.name.split("_")[0] for k in plan.kernels]
+    if (kh, kw) != (1, 1) or stride != (1, 1):
+        assert kinds == ["GEMV" if co // groups <= 15 else "GEMM3XTF32" if mma else "GEMM3XTF32EMU"], kinds
