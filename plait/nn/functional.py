@@ -22,7 +22,7 @@ import numpy as np
 from plait import dtypes
 from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
 from plait.frontends.native.tensor import Tensor, cat, where
-from plait.graph.autodiff import no_grad
+from plait.graph.autodiff import grad_enabled, no_grad
 from plait.graph.ops import indexing
 from plait.graph.ops.conv import Window, im2col
 
@@ -335,6 +335,9 @@ def _pool(
     oh, ow = _out_size(h, kh, sh, ph, dh, ceil_mode), _out_size(w, kw, sw, pw, dw, ceil_mode)
     if oh < 1 or ow < 1:
         raise ShapeError(f"pool2d: input {x.shape} is too small for kernel {(kh, kw)}")
+    if x.requires_grad and grad_enabled() and (sh, sw) == (kh, kw) and (dh, dw) == (1, 1):
+        if not (ph or pw) and (h, w) == (oh * kh, ow * kw):
+            return _tiled_pool(x, op, kh, kw)
     # pad enough on the far side for ceil_mode windows; those extra cells never count towards an average
     eh = max(0, (oh - 1) * sh + dh * (kh - 1) + 1 - (h + 2 * ph))
     ew = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))
@@ -350,6 +353,19 @@ def _pool(
     if count_include_pad and not (eh or ew):
         return total / float(kh * kw)
     return total / _pool_counts(h, w, (kh, kw), (sh, sw), (ph, pw), (oh, ow), count_include_pad, x)
+
+
+def _tiled_pool(x: Tensor, op: str, kh: int, kw: int) -> Tensor:
+    """Pooling over non-overlapping windows that tile the input exactly, as a reduction over the window axes of an
+    (N, C, OH, kh, OW, kw) view. Used when a gradient is recorded: the gradient of a reduction is one broadcast
+    elementwise pass over the input, where the chain of strided views builds a padded view per window position and
+    recomputes the running maxima in each of them (several times slower in a training step)."""
+    n, c, h, w = x.shape
+    tiles = x.reshape(n, c, h // kh, kh, w // kw, kw)
+    if op == "max":
+        return tiles.max(axis=(3, 5))
+    total = tiles.sum(axis=(3, 5))
+    return total if op == "sum" else total / float(kh * kw)
 
 
 def _pool_counts(

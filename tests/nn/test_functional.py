@@ -37,6 +37,10 @@ CASES: list[Case] = [
     ("max_pool2d", *same("max_pool2d", kernel_size=3, stride=2, padding=1), [(2, 3, 7, 7)], {}),
     ("max_pool2d_ceil", *same("max_pool2d", kernel_size=2, ceil_mode=True), [(1, 2, 5, 5)], {}),
     ("avg_pool2d", *same("avg_pool2d", kernel_size=2), [(2, 3, 6, 6)], {}),
+    # windows that tile the input: with a gradient these run as a reduction over the window axes
+    ("max_pool2d_tiled", *same("max_pool2d", kernel_size=2), [(2, 3, 8, 6)], {}),
+    ("max_pool2d_tiled_3x2", *same("max_pool2d", kernel_size=(3, 2)), [(1, 2, 6, 4)], {}),
+    ("avg_pool2d_divisor", *same("avg_pool2d", kernel_size=2, divisor_override=3), [(1, 2, 4, 4)], {}),
     ("avg_pool2d_pad", *same("avg_pool2d", kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False), [(1, 2, 6, 6)], {}),
     ("adaptive_avg_pool2d_1", *same("adaptive_avg_pool2d", output_size=1), [(2, 3, 4, 5)], {}),
     ("adaptive_avg_pool2d_uneven", *same("adaptive_avg_pool2d", output_size=(3, 2)), [(1, 2, 7, 5)], {}),
