@@ -234,7 +234,9 @@ def conv2d(
     dilation: IntPair = 1,
     groups: int = 1,
 ) -> Tensor:
-    """2-D cross-correlation of an (N, C, H, W) input with a (Co, C/groups, kh, kw) weight, as im2col + GEMM."""
+    """2-D cross-correlation of an (N, C, H, W) input with a (Co, C/groups, kh, kw) weight, as im2col + GEMM in
+    the graph; where the im2col has no other reader (inference), the scheduler lets the GEMM gather the patches
+    from the image itself, so no patch buffer is made (schedule/scheduler.py, `_implicit_conv`)."""
     _need_ndim(x, (3, 4), "conv2d", "(N, C, H, W) or (C, H, W)")
     if x.ndim == 3:
         return conv2d(x.unsqueeze(0), weight, bias, stride, padding, dilation, groups).squeeze(0)
