@@ -7,7 +7,8 @@ error of a plain FP32 GEMM (a single TF32 product would lose about 10 bits). The
 the accumulator it is given by truncation, which over a long K drifts an order of magnitude past FP32's error, so
 the products of KS k8 steps start from zero and then join the running sum with an ordinary (round-to-nearest) FP32
 add. Global loads of the next K tile go to registers while the warps compute on the current one, and land in the
-second of two local buffers (one barrier per tile).
+second of two local buffers (one barrier per tile). For an implicit-convolution spec (`GemmSpec.conv`) the B tile
+is gathered from the image through the window as it loads (no im2col buffer).
 
 Knobs: BM x BN block tile, BK K tile, WM x WN per warp, WK warp groups splitting each K tile (few-tile products),
 KS k8 steps per FP32 add, FOLD=1 to run a batch of products sharing A as one product with the batch along the
@@ -190,6 +191,8 @@ class _Operand:
         per = (self.bk if self.kmajor else self.rows) // self.vec
         outer, inner = ("r", "k") if self.kmajor else ("k", "r")
         scale = f" * {self.vec}" if self.vec > 1 else ""
+        if self.nt % per == 0:  # every load of a thread at the same inner position: its gather work is shared
+            return f"int {outer} = tid / {per} + {i * self.nt // per}, {inner} = tid % {per}{scale};"
         return f"int l = tid + {i * self.nt}, {outer} = l / {per}, {inner} = l % {per}{scale};"
 
     def fetch(self, r0: str, k0: str, full_r: bool, full_k: bool) -> str:
