@@ -94,6 +94,7 @@ class Plan:
             outputs,
             self.device.renderer.__dict__.get("split_parts", 256 if self.device.renderer.dialect == "opencl" else 16),
             implicit_conv=getattr(self.device.renderer, "implicit_conv", False),
+            split_k=getattr(self.device.renderer, "split_k", False),
         )
         self.kernels: list[RenderedKernel] = []
         self.launches: list[Any] = []

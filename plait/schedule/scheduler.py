@@ -13,6 +13,8 @@ from plait.codegen.gemm import GemmSpec
 from plait.graph.node import Node, toposort
 from plait.graph.ops import OPS, kind
 from plait.graph.ops.conv import Window
+from plait.graph.ops.matmul import matmul
+from plait.graph.ops.movement import permute, reshape
 from plait.graph.ops.reduce import reduce
 
 MAX_INLINE_COST = 160  # beyond this a shared subexpression is cheaper to store than to recompute
@@ -44,6 +46,44 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
         part = Node("rsplit", (src,), (op, node.arg, p), (*node.shape, p), node.dtype, node.device)
         stage2 = reduce(op, part, (len(part.shape) - 1,))
         node.op, node.srcs, node.arg = "reshape", (stage2,), node.shape
+        changed = True
+    return changed
+
+
+SPLIT_K_TARGET = 264  # work-groups (32x32 tiles) a split-K product aims for: two per SM of an H100
+SPLIT_K_MIN = 256  # shortest K chunk worth a work-group of its own
+
+
+def _patch_taps(b: Node) -> int:
+    """Taps per channel (kh * kw) of the im2col that `b` views through movement ops, else 1."""
+    while kind(b) == "movement" and not b.realized:
+        b = b.srcs[0]
+    return b.arg.kh * b.arg.kw if b.op == "im2col" and not b.realized else 1
+
+
+def _split_k(order: list[Node]) -> bool:
+    """Split the K of few-tile single products (batch-1 late convolution layers: 512 x 49 outputs, K = 4608) into
+    S chunks: a batch of S partial products, each its own work-groups, summed by a reduction over S (fixed order,
+    so the result is deterministic). K chunks hold whole filter windows (im2col's kh * kw taps) so the implicit
+    convolution still gathers them from the image."""
+    changed = False
+    for node in order:
+        if node.op != "matmul" or node.realized or math.prod(node.shape[:-2]) != 1:
+            continue
+        a, b = node.srcs
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        tiles = -(-m // 32) * -(-n // 32)
+        if m < 16 or k < 2 * SPLIT_K_MIN or -(-m // 64) * -(-n // 64) >= 66:
+            continue
+        unit = math.lcm(32, _patch_taps(b))
+        splits = [s for s in range(2, 17) if k % (s * unit) == 0 and k // s >= SPLIT_K_MIN]
+        if not splits:
+            continue
+        parts = next((s for s in splits if s * tiles >= SPLIT_K_TARGET), splits[-1])
+        kc = k // parts
+        pa = permute(reshape(a, (m, parts, kc)), (1, 0, 2))
+        partial = matmul(pa, reshape(b, (parts, kc, n)))
+        node.op, node.srcs, node.arg = "reshape", (reduce("sum", partial, (0,)),), node.shape
         changed = True
     return changed
 
@@ -152,11 +192,14 @@ def _implicit_conv(
     return a, image, conv
 
 
-def schedule(outputs: list[Node], split_parts: int, implicit_conv: bool = False) -> list[Item]:
+def schedule(outputs: list[Node], split_parts: int, implicit_conv: bool = False, split_k: bool = False) -> list[Item]:
     """Kernel items for `outputs`. With `implicit_conv` (devices whose GEMM can gather patches itself), a GEMM
-    that is the only reader of an im2col reads the image directly and the patch buffer is never made."""
+    that is the only reader of an im2col reads the image directly and the patch buffer is never made. With
+    `split_k` (devices with many cores and no other way to fill them), few-tile products split their K."""
     order = toposort(outputs)
     if _split_reductions(order, split_parts):
+        order = toposort(outputs)
+    if split_k and _split_k(order):
         order = toposort(outputs)
     realize: set[int] = {n.uid for n in outputs}
     users: dict[int, int] = {}

@@ -116,3 +116,39 @@ def test_plans_read_the_image(device, geo, monkeypatch):
     kinds = [k.name.split("_")[0] for k in plan.kernels]
     if (kh, kw) != (1, 1) or stride != (1, 1):
         assert kinds == ["GEMV" if co // groups <= 15 else "GEMM3XTF32" if mma else "GEMM3XTF32EMU"], kinds
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_split_k_few_tile_products(device, monkeypatch):
+    """Batch-1 products with few output tiles and a long K (late convolution layers, a narrow linear product) run
+    as a batch of K-chunk products whose sum is reduced over the chunks; chunks hold whole 3x3 windows, so the
+    convolution's chunks still gather from the image."""
+    mma = 0 if mma_tf32_unsupported(get_device(device)) else 1
+
+    def knobs(device: object, kind: str, spec: GemmSpec) -> dict[str, int]:
+        return {"V": 4} if spec.m <= 15 else {**SMALL, "MMA": mma}
+
+    monkeypatch.setattr(plait.tune, "_heuristic", knobs)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 64, 7, 7), dtype=np.float32)
+    wt = rng.standard_normal((40, 64, 3, 3), dtype=np.float32) * 0.1
+    bias = rng.standard_normal(40, dtype=np.float32)
+    a = rng.standard_normal((48, 1024), dtype=np.float32)
+    b = rng.standard_normal((1024, 40), dtype=np.float32)
+
+    def net(t: plait.Tensor, a: plait.Tensor, b: plait.Tensor) -> tuple[plait.Tensor, plait.Tensor]:
+        wp, bp = plait.tensor(wt, device=device), plait.tensor(bias, device=device)
+        return F.conv2d(t, wp, bp, padding=1).relu(), a @ b
+
+    fn = plait.jit(net, device=device)
+    conv, mm = fn(x, a, b)
+    want = torch.nn.functional.conv2d(*(torch.from_numpy(v) for v in (x, wt, bias)), padding=1).relu()
+    assert_close(conv, want.numpy(), "float32", f"split-K conv on {device}", tol_scale=10)
+    assert_close(mm, a @ b, "float32", f"split-K matmul on {device}", tol_scale=10)
+    plan, _ = fn.plan_for([x, a, b])
+    names = [k.name for k in plan.kernels]
+    kind = "GEMM3XTF32_" if mma else "GEMM3XTF32EMU_"
+    # K 576 = two chunks of 32 channels x 9 taps; K 1024 = four chunks of 256
+    assert any(name.startswith(f"{kind}2x40x49x288_") for name in names), names
+    assert any(name.startswith(f"{kind}4x48x40x256_") for name in names), names
+    assert not any(name.startswith("IM2COL") or "im2col" in name for name in names), names
