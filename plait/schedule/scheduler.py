@@ -81,8 +81,10 @@ def _split_k(order: list[Node]) -> bool:
             continue
         parts = next((s for s in splits if s * tiles >= SPLIT_K_TARGET), splits[-1])
         kc = k // parts
-        pa = permute(reshape(a, (m, parts, kc)), (1, 0, 2))
-        partial = matmul(pa, reshape(b, (parts, kc, n)))
+        pa, pb = permute(reshape(a, (m, parts, kc)), (1, 0, 2)), reshape(b, (parts, kc, n))
+        if strided_view(pa, set()) is None or strided_view(pb, set()) is None:
+            continue  # a chunk would not be a view (a transposed weight): splitting would copy the operand
+        partial = matmul(pa, pb)
         node.op, node.srcs, node.arg = "reshape", (reduce("sum", partial, (0,)),), node.shape
         changed = True
     return changed
