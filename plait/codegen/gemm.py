@@ -208,12 +208,12 @@ def render_c(
     a_args = f"A + {ao}, {sab}, {spec.a_inner}, {sam}, {sak}"
     b_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}, {sbn}"
     if spec.conv is not None and m == 1:
-        lib = gemm_c.COMMON + gemm_c.DEPTHWISE
+        lib = gemm_c.depthwise_library()
         call = gemm_c.depthwise_call(
             spec, f"A + {ao}, {sab}, {spec.a_inner}", f"B + {bo}, {sbb}, {spec.b_inner}", epi_fn, extra
         )
     elif small or vec:
-        lib = _gemv_library()
+        lib = gemm_c.at_o2(_gemv_library())
         if vec:
             a_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbn}, {sbk}"
             b_args = f"A + {ao}, {sab}, {spec.a_inner}, {sak}, {sam}"
