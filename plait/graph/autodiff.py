@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from plait.errors import UnsupportedError
 from plait.graph.node import GRAD_MODE, Node, toposort
 from plait.graph.ops import OPS
-from plait.graph.ops.elementwise import add, cast
+from plait.graph.ops.elementwise import add, cast, const
+from plait.graph.ops.movement import cat
 
 
 @contextlib.contextmanager
@@ -31,13 +32,14 @@ def gradients(root: Node, seed: Node, wrt: list[Node]) -> dict[int, Node]:
     """d(root)/d(node) for every node in `wrt` reachable from root (as lazy nodes), given d(loss)/d(root)=seed."""
     targets = {n.uid for n in wrt}
     order = [n for n in toposort([root], through_realized=True) if n.rg]
-    grads: dict[int, Node] = {root.uid: seed}
+    parts: dict[int, list[Node]] = {root.uid: [seed]}  # each node's gradient contributions, summed when it is reached
     out: dict[int, Node] = {}
     with no_grad():
         for node in reversed(order):
-            g = grads.pop(node.uid, None)
-            if g is None:
+            contributions = parts.pop(node.uid, None)
+            if contributions is None:
                 continue
+            g = accumulate(contributions)
             if node.uid in targets:
                 out[node.uid] = g
             if not node.srcs:
@@ -52,6 +54,58 @@ def gradients(root: Node, seed: Node, wrt: list[Node]) -> dict[int, Node]:
                     continue
                 if gs.dtype != src.dtype:
                     gs = cast(gs, src.dtype)
-                prev = grads.get(src.uid)
-                grads[src.uid] = gs if prev is None else add(prev, gs)
+                parts.setdefault(src.uid, []).append(gs)
     return out
+
+
+def _slab(node: Node) -> tuple[int, int] | None:
+    """(axis, start) when `node` zero-pads its source along exactly one axis (the gradient of a slice), else None."""
+    if node.op != "pad" or node.realized or node.arg[1] != 0:
+        return None
+    padded = [i for i, (a, b) in enumerate(node.arg[0]) if a or b]
+    return (padded[0], node.arg[0][padded[0]][0]) if len(padded) == 1 else None
+
+
+def accumulate(contributions: list[Node]) -> Node:
+    """The sum of one node's gradient contributions. Zero-padded slabs of disjoint ranges along one axis (the
+    gradients of the slices an unrolled loop takes: an RNN's time steps, a fused matmul's gates) are joined with one
+    cat, gaps filled with zeros: summed, every element would read every padded view (quadratic in the number of
+    slices), joined, it reads the one slab that holds it."""
+    if len(contributions) == 1:
+        return contributions[0]
+    rest: list[Node] = []
+    slabs: dict[int, list[tuple[int, Node]]] = {}
+    for c in contributions:
+        where = _slab(c)
+        if where is None:
+            rest.append(c)
+        else:
+            slabs.setdefault(where[0], []).append((where[1], c))
+    for axis, group in slabs.items():
+        if len(group) == 1:
+            rest.append(group[0][1])
+            continue
+        group.sort(key=lambda t: t[0])
+        like = group[0][1]
+        pieces: list[Node] = []
+        end = 0
+        for start, c in group:
+            src = c.srcs[0]
+            if start < end:  # overlaps a slab already placed: summed separately
+                rest.append(c)
+                continue
+            if start > end:
+                pieces.append(const(0, _with(like.shape, axis, start - end), like.dtype, like.device))
+            pieces.append(src)
+            end = start + src.shape[axis]
+        if end < like.shape[axis]:
+            pieces.append(const(0, _with(like.shape, axis, like.shape[axis] - end), like.dtype, like.device))
+        rest.append(cat(pieces, axis))
+    total = rest[0]
+    for c in rest[1:]:
+        total = add(total, c)
+    return total
+
+
+def _with(shape: tuple[int, ...], axis: int, size: int) -> tuple[int, ...]:
+    return (*shape[:axis], size, *shape[axis + 1 :])
