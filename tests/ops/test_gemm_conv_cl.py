@@ -16,6 +16,7 @@ from plait.codegen.gemm import GemmSpec
 from plait.codegen.gemm_tc import mma_tf32_unsupported
 from plait.graph.ops.conv import Window
 from plait.runtime import get_device
+from plait.schedule.scheduler import schedule
 from tests.conftest import DEVICES
 from tests.helpers import assert_close
 
@@ -152,3 +153,27 @@ def test_split_k_few_tile_products(device, monkeypatch):
     assert any(name.startswith(f"{kind}2x40x49x288_") for name in names), names
     assert any(name.startswith(f"{kind}4x48x40x256_") for name in names), names
     assert not any(name.startswith("IM2COL") or "im2col" in name for name in names), names
+
+
+def test_split_k_picks_whole_window_chunks():
+    """The split-K decision on shapes alone: resnet18's last 3x3 layers at batch 1 (512 x 49, K 4608) split into 16
+    chunks of 32 channels x 9 taps still gathered from the image; batches, short K and a transposed linear weight
+    (whose chunks would be copies) stay whole."""
+
+    def gemms(out: plait.Tensor) -> list[GemmSpec]:
+        items = schedule([out.node], 256, implicit_conv=True, split_k=True)
+        return [it.gemm for it in items if it.gemm is not None]
+
+    rng = np.random.default_rng(0)
+
+    def t(*shape: int) -> plait.Tensor:
+        return plait.tensor(rng.standard_normal(shape, dtype=np.float32))
+
+    (late,) = gemms(F.conv2d(t(1, 512, 7, 7), t(512, 512, 3, 3), padding=1))
+    assert (late.batch, late.m, late.n, late.k, late.conv is not None) == (16, 512, 49, 288, True)
+    (batched,) = gemms(F.conv2d(t(8, 512, 7, 7), t(512, 512, 3, 3), padding=1))
+    assert (batched.batch, batched.k) == (8, 4608)
+    (short,) = gemms(F.conv2d(t(1, 32, 7, 7), t(64, 32, 3, 3), padding=1))
+    assert (short.batch, short.k) == (1, 288)
+    (linear,) = gemms(t(64, 4096) @ t(1000, 4096).T)
+    assert (linear.batch, linear.k) == (1, 4096)
