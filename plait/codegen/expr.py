@@ -177,22 +177,31 @@ class ExprBuilder:
         )
 
     def _cat(self, node: Node, cs: list[str]) -> str:
-        """Only the source that holds the element is evaluated: one if/else branch per source."""
+        """Only the source that holds the element is evaluated, found by a balanced tree of if/else branches on the
+        cat axis (log2 of the source count comparisons: an unrolled RNN's gradient joins hundreds of time steps)."""
         axis, c = node.arg, cs[node.arg]
         self.n += 1
         out = f"t{self.n}"
         self.lines.append(f"{self.r.compute_type(node.dtype)} {out};")
-        offset = 0
-        for i, src in enumerate(node.srcs):
-            n = src.shape[axis]
-            last = i == len(node.srcs) - 1
-            head = "{" if last and i > 0 else f"if ({c} < {offset + n}) {{"
-            self.lines.append(head if i == 0 else f"}} else {head}")
-            new = list(cs)
-            new[axis] = f"({c} - {offset})" if offset else c
-            saved = dict(self.cache)
-            self.lines.append(f"{out} = {self.value(src, Idx(src.shape, coords=new))};")
-            self.cache = saved  # values computed inside a branch are not visible after it
-            offset += n
-        self.lines.append("}")
+        starts = [0]
+        for src in node.srcs:
+            starts.append(starts[-1] + src.shape[axis])
+
+        def emit(lo: int, hi: int) -> None:
+            if hi - lo == 1:
+                src = node.srcs[lo]
+                new = list(cs)
+                new[axis] = f"({c} - {starts[lo]})" if starts[lo] else c
+                saved = dict(self.cache)
+                self.lines.append(f"{out} = {self.value(src, Idx(src.shape, coords=new))};")
+                self.cache = saved  # values computed inside a branch are not visible after it
+                return
+            mid = (lo + hi) // 2
+            self.lines.append(f"if ({c} < {starts[mid]}) {{")
+            emit(lo, mid)
+            self.lines.append("} else {")
+            emit(mid, hi)
+            self.lines.append("}")
+
+        emit(0, len(node.srcs))
         return out

@@ -91,6 +91,8 @@ def accumulate(contributions: list[Node]) -> Node:
         end = 0
         for start, c in group:
             src = c.srcs[0]
+            if not src.shape[axis]:  # an empty slice contributes nothing
+                continue
             if start < end:  # overlaps a slab already placed: summed separately
                 rest.append(c)
                 continue

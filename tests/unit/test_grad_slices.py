@@ -57,3 +57,11 @@ def test_disjoint_slabs_become_one_cat() -> None:
     assert total.op == "cat" and total.shape == (2, 5, 3)
     out = plait.Tensor(total).numpy()
     np.testing.assert_array_equal(out[0, :, 0], [1, 0, 2, 0, 3])
+
+
+def test_cat_of_many_uneven_parts() -> None:
+    """A cat's kernel finds each element's source by bisection: parts of uneven sizes, 1 to 5 rows each."""
+    rng = np.random.default_rng(2)
+    parts = [rng.standard_normal((1 + i % 5, 3)).astype(np.float32) for i in range(13)]
+    got = plait.cat([plait.tensor(p) * 2 for p in parts], 0).numpy()
+    np.testing.assert_array_equal(got, np.concatenate(parts, 0) * 2)
