@@ -44,6 +44,7 @@ class ExprBuilder:
         self.lines: list[str] = []
         self.cache: dict[Any, str] = {}
         self.n = 0
+        self.cat_parts = 0  # sources of the cats rendered so far: each is a branch a vectorised loop would evaluate
 
     def tmp(self, ctype: str, expr: str, prefix: str = "t") -> str:
         self.n += 1
@@ -183,6 +184,7 @@ class ExprBuilder:
         self.n += 1
         out = f"t{self.n}"
         self.lines.append(f"{self.r.compute_type(node.dtype)} {out};")
+        self.cat_parts += len(node.srcs)
         starts = [0]
         for src in node.srcs:
             starts.append(starts[-1] + src.shape[axis])

@@ -65,3 +65,21 @@ def test_cat_of_many_uneven_parts() -> None:
     parts = [rng.standard_normal((1 + i % 5, 3)).astype(np.float32) for i in range(13)]
     got = plait.cat([plait.tensor(p) * 2 for p in parts], 0).numpy()
     np.testing.assert_array_equal(got, np.concatenate(parts, 0) * 2)
+
+
+def test_many_part_cat_loops_without_simd() -> None:
+    """The C kernel of a cat of many parts branches per element (a vectorised loop would evaluate every part under a
+    mask); a cat of two keeps its vectorised loop."""
+    from plait.runtime import get_device
+    from plait.schedule.plan import Plan
+
+    def source(parts: int) -> str:
+        t = plait.cat([plait.tensor(np.full((2, 3), i, np.float32), device="cpu") for i in range(parts)], 0)
+        plan = Plan([t.node])
+        assert plan.device is get_device("cpu")
+        plan.run()
+        np.testing.assert_array_equal(plan(*[])[0][:, 0], np.repeat(np.arange(parts, dtype=np.float32), 2))
+        return "\n".join(k.source for k in plan.kernels)
+
+    assert "simd" not in source(20)
+    assert "simd" in source(2)
