@@ -12,7 +12,7 @@ from plait.graph.ops import elementwise as ew
 from plait.graph.ops import movement as mv
 
 
-def _grad(fn, x: np.ndarray, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+def _grad(fn, x: np.ndarray, device: str) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
     px = plait.tensor(x, device=device, requires_grad=True)
     fn(px).backward()
     tx = torch.tensor(x, requires_grad=True)
@@ -21,7 +21,7 @@ def _grad(fn, x: np.ndarray, device: str = "cpu") -> tuple[np.ndarray, np.ndarra
     return px.grad.numpy(), tx.grad.numpy()
 
 
-def test_time_steps_and_gates() -> None:
+def test_time_steps_and_gates(device: str) -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((7, 3, 6)).astype(np.float32)
 
@@ -32,11 +32,11 @@ def test_time_steps_and_gates() -> None:
             h = (a + h).tanh() * b.sigmoid() + c
         return (h * h).sum()
 
-    got, want = _grad(fn, x)
+    got, want = _grad(fn, x, device)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_gaps_overlaps_and_repeats() -> None:
+def test_gaps_overlaps_and_repeats(device: str) -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((10, 4)).astype(np.float32)
 
@@ -44,13 +44,13 @@ def test_gaps_overlaps_and_repeats() -> None:
         # rows 0-1 and 6-9 read once, rows 3-4 twice (overlapping slices), row 2 and 5 never (gaps)
         return (t[0:2] * 2).sum() + (t[3:5] ** 2).sum() + (t[4:5] * 3).sum() + (t[6:] * t[6:]).sum() + t[3].sum()
 
-    got, want = _grad(fn, x)
+    got, want = _grad(fn, x, device)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_disjoint_slabs_become_one_cat() -> None:
+def test_disjoint_slabs_become_one_cat(device: str) -> None:
     """Four disjoint padded slabs along axis 1 with a gap: one cat (zeros in the gap) plus nothing else."""
-    g = [ew.const(float(i + 1), (2, 1, 3), plait.dtypes.float32, "cpu") for i in range(3)]
+    g = [ew.const(float(i + 1), (2, 1, 3), plait.dtypes.float32, device) for i in range(3)]
     slabs = [mv.pad(g[0], ((0, 0), (0, 4), (0, 0))), mv.pad(g[1], ((0, 0), (2, 2), (0, 0))),
              mv.pad(g[2], ((0, 0), (4, 0), (0, 0)))]  # fmt: skip
     total = autodiff.accumulate(slabs)
@@ -59,11 +59,11 @@ def test_disjoint_slabs_become_one_cat() -> None:
     np.testing.assert_array_equal(out[0, :, 0], [1, 0, 2, 0, 3])
 
 
-def test_cat_of_many_uneven_parts() -> None:
+def test_cat_of_many_uneven_parts(device: str) -> None:
     """A cat's kernel finds each element's source by bisection: parts of uneven sizes, 1 to 5 rows each."""
     rng = np.random.default_rng(2)
     parts = [rng.standard_normal((1 + i % 5, 3)).astype(np.float32) for i in range(13)]
-    got = plait.cat([plait.tensor(p) * 2 for p in parts], 0).numpy()
+    got = plait.cat([plait.tensor(p, device=device) * 2 for p in parts], 0).numpy()
     np.testing.assert_array_equal(got, np.concatenate(parts, 0) * 2)
 
 
