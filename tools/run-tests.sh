@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 .venv/bin/ruff check plait tests || exit 1
 .venv/bin/mypy || exit 1
-.venv/bin/python -m pytest -q -n "${PLAIT_TEST_WORKERS:-2}" "$@"
+.venv/bin/python -m pytest -q -n "${PLAIT_TEST_WORKERS:-2}" --durations=25 "$@"
 rc=$?
 if [ $rc -eq 5 ]; then
   echo "run-tests: pytest collected no tests for: ${*:-tests}" >&2

@@ -98,8 +98,8 @@ EXCLUDED: dict[str, str] = {
     "test_strnormalizer_export_monday_empty_output": "operator StringNormalizer is not implemented",
     "test_strnormalizer_export_monday_insensintive_upper_twodim": "operator StringNormalizer is not implemented",
     "test_strnormalizer_nostopwords_nochangecase": "operator StringNormalizer is not implemented",
-    "test_training_dropout": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy\'s seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
-    "test_training_dropout_default": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy\'s seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
-    "test_training_dropout_default_mask": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy\'s seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
-    "test_training_dropout_mask": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy\'s seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
+    "test_training_dropout": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy's seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
+    "test_training_dropout_default": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy's seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
+    "test_training_dropout_default_mask": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy's seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
+    "test_training_dropout_mask": "random: training-mode Dropout with ratio > 0 draws its mask from NumPy's seeded generator, which plait does not reproduce (ratio 0 and training_mode=False are supported)",
 }
