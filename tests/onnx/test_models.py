@@ -37,12 +37,12 @@ def test_benchmark_cnn_matches_onnxruntime(name: str) -> None:
     _compare(model, {"input0": x.numpy()}, "cpu")
 
 
-def test_gru_classifier_matches_onnxruntime(device: str) -> None:
+def test_gru_classifier_matches_onnxruntime(model_device: str) -> None:
     torch.manual_seed(0)
     net = torch_reference.build("gru_classifier", vocab_size=500, embed_dim=32, hidden_size=48)
     tokens = torch.randint(0, 500, (4, 12))
     model = export(net, (tokens,))
-    _compare(model, {"input0": tokens.numpy()}, device)
+    _compare(model, {"input0": tokens.numpy()}, model_device)
 
 
 class SmallCNN(torch.nn.Module):
@@ -98,9 +98,9 @@ def test_tiny_transformer_matches_onnxruntime(device: str) -> None:
     _compare(model, {"input0": tokens.numpy()}, device)
 
 
-def test_lstm_matches_onnxruntime(device: str) -> None:
+def test_lstm_matches_onnxruntime(model_device: str) -> None:
     torch.manual_seed(0)
     net = torch.nn.LSTM(6, 10, num_layers=2, bidirectional=True)
     x = torch.randn(5, 3, 6)
     model = export(net, (x,), names=(["x"], ["y", "h", "c"]))
-    _compare(model, {"x": x.numpy()}, device)
+    _compare(model, {"x": x.numpy()}, model_device)

@@ -43,13 +43,13 @@ class MaskedEncoder(nn.Module):
 
 
 @pytest.mark.parametrize("opset", [17, 18])
-def test_transformer_encoder_with_padding_mask(device: str, opset: int) -> None:
+def test_transformer_encoder_with_padding_mask(model_device: str, opset: int) -> None:
     torch.manual_seed(0)
     tokens = torch.randint(0, 40, (3, 9))
     lengths = torch.tensor([9, 6, 2])
     pad = torch.arange(9)[None, :] >= lengths[:, None]
     model = export(MaskedEncoder(), (tokens, pad), opset=opset)
-    _compare(model, {"input0": tokens.numpy(), "input1": pad.numpy()}, device)
+    _compare(model, {"input0": tokens.numpy(), "input1": pad.numpy()}, model_device)
 
 
 class Tagger(nn.Module):
@@ -68,11 +68,11 @@ class Tagger(nn.Module):
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_bidirectional_tagger(device: str, cell: str) -> None:
+def test_bidirectional_tagger(model_device: str, cell: str) -> None:
     torch.manual_seed(0)
     tokens = torch.randint(0, 30, (2, 7))
     model = export(Tagger(cell), (tokens,))
-    _compare(model, {"input0": tokens.numpy()}, device)
+    _compare(model, {"input0": tokens.numpy()}, model_device)
 
 
 class TinyUNet(nn.Module):
@@ -107,11 +107,11 @@ class TinyUNet(nn.Module):
         return self.out(self.up3(h))  # 32x32
 
 
-def test_small_unet(device: str) -> None:
+def test_small_unet(model_device: str) -> None:
     torch.manual_seed(0)
     x = torch.randn(2, 3, 16, 16)
     model = export(TinyUNet(), (x,), opset=18)
-    _compare(model, {"input0": x.numpy()}, device)
+    _compare(model, {"input0": x.numpy()}, model_device)
 
 
 class SEBlock(nn.Module):
@@ -136,11 +136,11 @@ class SEBlock(nn.Module):
         return self.project(h)
 
 
-def test_squeeze_excitation_depthwise_hardswish(device: str) -> None:
+def test_squeeze_excitation_depthwise_hardswish(model_device: str) -> None:
     torch.manual_seed(0)
     x = torch.randn(2, 8, 15, 15)
     model = export(SEBlock(), (x,), dynamic_batch=True)
-    _compare(model, {"input0": x.numpy()}, device)
+    _compare(model, {"input0": x.numpy()}, model_device)
 
 
 class EmbeddingMLP(nn.Module):
@@ -161,12 +161,12 @@ class EmbeddingMLP(nn.Module):
 
 
 @pytest.mark.parametrize("opset", [17, 18])
-def test_embedding_layernorm_gelu_mlp(device: str, opset: int) -> None:
+def test_embedding_layernorm_gelu_mlp(model_device: str, opset: int) -> None:
     torch.manual_seed(0)
     tokens = torch.randint(0, 64, (3, 10))
     segments = (torch.arange(10) >= 5).long().expand(3, 10).contiguous()
     model = export(EmbeddingMLP(), (tokens, segments), opset=opset)
-    _compare(model, {"input0": tokens.numpy(), "input1": segments.numpy()}, device)
+    _compare(model, {"input0": tokens.numpy(), "input1": segments.numpy()}, model_device)
 
 
 class PoolWithIndices(nn.Module):
@@ -184,8 +184,8 @@ class PoolWithIndices(nn.Module):
         return self.mid(h), idx
 
 
-def test_max_pool_returning_indices(device: str) -> None:
+def test_max_pool_returning_indices(model_device: str) -> None:
     torch.manual_seed(0)
     x = torch.randn(2, 3, 11, 12)
     model = export(PoolWithIndices(), (x,), names=(["x"], ["y", "idx"]))
-    _compare(model, {"x": x.numpy()}, device)
+    _compare(model, {"x": x.numpy()}, model_device)
