@@ -43,3 +43,18 @@ def ort_run(model: bytes, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
     opts.intra_op_num_threads = 2
     sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     return list(sess.run(None, feed))
+
+
+def compare_with_ort(
+    model: bytes, feed: dict[str, np.ndarray], device: str, rtol: float = 1e-3, atol: float = 1e-4
+) -> None:
+    """plait.onnx's outputs of `model` on `device` equal ONNX Runtime's: count, shape, dtype and values (atol scales
+    with the largest reference value)."""
+    from plait.onnx import InferenceSession
+
+    want = ort_run(model, feed)
+    got = InferenceSession(model, device=device).run(None, feed)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * max(1.0, float(np.abs(w).max())))

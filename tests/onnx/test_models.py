@@ -12,19 +12,11 @@ import torch
 
 from plait.models import torch_reference
 from plait.onnx import InferenceSession
+from tests.onnx.conftest import compare_with_ort as _compare
 from tests.onnx.conftest import export, ort_run
 
 # name -> input resolution: alexnet and vgg16 keep 224 (their adaptive pools must divide evenly to be exported)
 CNNS = {"alexnet": 224, "resnet18": 64, "resnet50": 64, "vgg16": 224, "mobilenet_v2": 64}
-
-
-def _compare(model: bytes, feed: dict[str, np.ndarray], device: str, rtol: float = 1e-3, atol: float = 1e-4) -> None:
-    want = ort_run(model, feed)
-    got = InferenceSession(model, device=device).run(None, feed)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * max(1.0, float(np.abs(w).max())))
 
 
 @pytest.mark.parametrize("name", list(CNNS))

@@ -6,22 +6,12 @@ small so that each compiles quickly.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from plait.onnx import InferenceSession
-from tests.onnx.conftest import export, ort_run
-
-
-def _compare(model: bytes, feed: dict[str, np.ndarray], device: str, rtol: float = 1e-3, atol: float = 1e-4) -> None:
-    want = ort_run(model, feed)
-    got = InferenceSession(model, device=device).run(None, feed)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * max(1.0, float(np.abs(w).max())))
+from tests.onnx.conftest import compare_with_ort as _compare
+from tests.onnx.conftest import export
 
 
 class MaskedEncoder(nn.Module):
