@@ -20,6 +20,18 @@ from plait.onnx.importer import Ctx
 from plait.onnx.ops import register
 
 
+def _heads_and_scale(ctx: Any, k: Any, v: Any, hq: int) -> tuple[Any, Any, float]:
+    """K and V with one head per query head (grouped-query attention: each kv head serves hq // hk consecutive
+    query heads), and the score scale (the `scale` attribute, else 1/sqrt(head size))."""
+    b, hk, skv, e = k.shape
+    if hq != hk:
+        rep = hq // hk
+        k = k.unsqueeze(2).expand(b, hk, rep, skv, e).reshape(b, hq, skv, e)
+        v = v.unsqueeze(2).expand(b, hk, rep, skv, v.shape[-1]).reshape(b, hq, skv, v.shape[-1])
+    scale = ctx.attr("scale")
+    return k, v, float(scale) if scale is not None else 1.0 / math.sqrt(e)
+
+
 def _heads(x: Tensor, n: int | None) -> Tensor:
     if x.ndim == 4:
         return x
@@ -40,14 +52,9 @@ def _attention(ctx: Ctx, ins: list[Any]) -> list[Any]:
     if ins[5] is not None:
         v = cat([ctx.t(ins[5]).astype(v.dtype), v], 2)
     present_k, present_v = k, v
-    b, hq, sq, e = q.shape
-    hk, skv = k.shape[1], k.shape[2]
-    if hq != hk:  # grouped-query attention: each kv head serves hq // hk consecutive query heads
-        rep = hq // hk
-        k = k.unsqueeze(2).expand(b, hk, rep, skv, e).reshape(b, hq, skv, e)
-        v = v.unsqueeze(2).expand(b, hk, rep, skv, v.shape[-1]).reshape(b, hq, skv, v.shape[-1])
-    scale = ctx.attr("scale")
-    scale = float(scale) if scale is not None else 1.0 / math.sqrt(e)
+    b, hq, sq, _ = q.shape
+    skv = k.shape[2]
+    k, v, scale = _heads_and_scale(ctx, k, v, hq)
     qf, kf, vf = q.astype(dtypes.float32), k.astype(dtypes.float32), v.astype(dtypes.float32)
     qk = (qf @ kf.transpose(-2, -1)) * scale
     cap = float(ctx.attr("softcap", 0.0))
@@ -111,16 +118,11 @@ def _flex_attention(ctx: Ctx, ins: list[Any]) -> Tensor:
         raise ctx.error(
             f"FlexAttention takes rank-4 Q, K, V (batch, heads, seq, size), got {q.shape}, {k.shape}, {v.shape}"
         )
-    b, hq, _, e = q.shape
+    _, hq, _, e = q.shape
     hk, skv = k.shape[1], k.shape[2]
     if hq % hk or v.shape[1] != hk or v.shape[2] != skv or k.shape[3] != e:
         raise ctx.error(f"FlexAttention: Q {q.shape}, K {k.shape} and V {v.shape} do not fit together")
-    if hq != hk:  # grouped-query attention: each kv head serves hq // hk consecutive query heads
-        rep = hq // hk
-        k = k.unsqueeze(2).expand(b, hk, rep, skv, e).reshape(b, hq, skv, e)
-        v = v.unsqueeze(2).expand(b, hk, rep, skv, v.shape[-1]).reshape(b, hq, skv, v.shape[-1])
-    scale = ctx.attr("scale")
-    scale = float(scale) if scale is not None else 1.0 / math.sqrt(e)
+    k, v, scale = _heads_and_scale(ctx, k, v, hq)
     scores = (q.astype(dtypes.float32) @ k.astype(dtypes.float32).transpose(-2, -1)) * scale
     if ctx.attr("score_mod") is not None:
         scores = ctx.t(ctx.run_graph(ctx.attr("score_mod"), [scores])[0]).astype(dtypes.float32)
