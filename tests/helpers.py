@@ -96,3 +96,20 @@ def check_op(
             continue
         assert p.grad is not None, f"input {i} got no gradient on {device}"
         assert_close(p.grad.numpy(), t.grad.numpy(), dtype, f"gradient of input {i} on {device}", tol_scale * 10)
+
+
+def run_gemm_kernel(device: str, kern: Any, batch: int, m: int, n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Run one rendered GEMM kernel (arguments C, A, B) on `device` with host operands; C as (batch, m, n)."""
+    from plait.runtime import get_device
+
+    dev = get_device(device)
+    al = dev.allocator
+    bufs = [al.alloc(4 * batch * m * n), al.alloc(a.nbytes), al.alloc(b.nbytes)]
+    al.copy_in(bufs[1], a)
+    al.copy_in(bufs[2], b)
+    dev.compile(kern.source, kern.name).bind(bufs, kern.global_size, kern.local_size)()
+    out = np.empty((batch, m, n), np.float32)
+    al.copy_out(bufs[0], out)
+    for buf in bufs:
+        al.free(buf.nbytes, buf.handle)
+    return out

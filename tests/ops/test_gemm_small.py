@@ -13,24 +13,14 @@ from plait.codegen.gemm import GemmSpec
 from plait.errors import UnsupportedError
 from plait.runtime import get_device
 from tests.conftest import DEVICES
-from tests.helpers import assert_close
+from tests.helpers import assert_close, run_gemm_kernel
 
 CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
 
 
 def _run(device: str, spec: GemmSpec, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, str]:
-    dev = get_device(device)
-    kern = gemm_small.render(spec, dev.renderer)
-    al = dev.allocator
-    bufs = [al.alloc(4 * spec.batch * spec.m * spec.n), al.alloc(a.nbytes), al.alloc(b.nbytes)]
-    al.copy_in(bufs[1], a)
-    al.copy_in(bufs[2], b)
-    dev.compile(kern.source, kern.name).bind(bufs, kern.global_size, kern.local_size)()
-    out = np.empty((spec.batch, spec.m, spec.n), np.float32)
-    al.copy_out(bufs[0], out)
-    for buf in bufs:
-        al.free(buf.nbytes, buf.handle)
-    return out, kern.name
+    kern = gemm_small.render(spec, get_device(device).renderer)
+    return run_gemm_kernel(device, kern, spec.batch, spec.m, spec.n, a, b), kern.name
 
 
 # (batch, m, n, k, b transposed): k-contiguous B with float4 loads (k % 4 == 0) and without, column layouts

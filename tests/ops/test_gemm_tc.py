@@ -20,7 +20,7 @@ from plait.errors import DeviceError, UnsupportedError
 from plait.runtime import get_device
 from plait.runtime.base import join_sources
 from tests.conftest import DEVICES
-from tests.helpers import assert_close
+from tests.helpers import assert_close, run_gemm_kernel
 
 CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
 SMALL = {"V": 3, "BM": 32, "BN": 32, "BK": 8, "WM": 16, "WN": 16}  # 4 warps, one 16x16 sub-tile each
@@ -35,18 +35,8 @@ def _paths(device: str) -> list[int]:
 
 
 def _run(device: str, spec: GemmSpec, knobs: dict[str, int], a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, str]:
-    dev = get_device(device)
-    kern = gemm.render_opencl(spec, knobs, dev.renderer)
-    al = dev.allocator
-    bufs = [al.alloc(4 * spec.batch * spec.m * spec.n), al.alloc(a.nbytes), al.alloc(b.nbytes)]
-    al.copy_in(bufs[1], a)
-    al.copy_in(bufs[2], b)
-    dev.compile(kern.source, kern.name).bind(bufs, kern.global_size, kern.local_size)()
-    out = np.empty((spec.batch, spec.m, spec.n), np.float32)
-    al.copy_out(bufs[0], out)
-    for buf in bufs:
-        al.free(buf.nbytes, buf.handle)
-    return out, kern.name
+    kern = gemm.render_opencl(spec, knobs, get_device(device).renderer)
+    return run_gemm_kernel(device, kern, spec.batch, spec.m, spec.n, a, b), kern.name
 
 
 def _rel_err(got: np.ndarray, ref: np.ndarray) -> float:
