@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from plait.errors import PlaitError
 
@@ -41,10 +42,50 @@ def _tune(args: argparse.Namespace) -> int:
     from plait.runtime import get_device
     from plait.tune import tune_gemm
 
+    if args.model:
+        return _tune_models(args)
     dev = get_device(args.device or _default())
-    for n in args.sizes:
+    for n in args.sizes or [256, 512, 1024]:
         spec = GemmSpec(1, n, n, n, (0, 0, n, 1), (0, 0, n, 1))
         print(f"{dev.name}: gemm {n}x{n}x{n} -> {tune_gemm(dev, spec)}")
+    return 0
+
+
+def _tune_models(args: argparse.Namespace) -> int:
+    """Tune every product of each model's inference plan within the budget, then time a replay before and after."""
+    import time
+
+    import plait
+    from plait.bench.models import get
+    from plait.tune.model import tune_plan
+
+    device = args.device or _default()
+
+    def replay_ms(plan: Any) -> float:
+        plan.run()
+        plan.device.synchronize()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            plan.run()
+            plan.device.synchronize()
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[2] * 1e3
+
+    for name in args.model.split(","):
+        spec = get(name.strip())
+        net = spec.plait_factory(device).eval()
+        x, _ = spec.inputs(args.batch)
+        f = plait.jit(net, device=device)
+        f(x)
+        plan, _ = f.plan_for([x])
+        before = replay_ms(plan)
+        report = tune_plan(plan, args.budget)
+        print(report.summary())
+        g = plait.jit(net, device=device)
+        g(x)
+        after = replay_ms(g.plan_for([x])[0])
+        print(f"{name} batch {args.batch} on {device}: replay {before:.2f} ms before, {after:.2f} ms after tuning")
     return 0
 
 
@@ -63,7 +104,10 @@ def _parser() -> argparse.ArgumentParser:
     d.set_defaults(fn=_devices)
     t = sub.add_parser("tune", help="search GEMM knobs on a device and cache the winners")
     t.add_argument("--device", default=None)
-    t.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024])
+    t.add_argument("--sizes", type=int, nargs="+", default=None, help="square GEMM sizes (default 256 512 1024)")
+    t.add_argument("--model", default=None, help="bench model(s), comma-separated: tune every product of the plan")
+    t.add_argument("--batch", type=int, default=1, help="--model: the batch size to tune for")
+    t.add_argument("--budget", type=float, default=60.0, help="--model: seconds of search per model (default 60)")
     t.set_defaults(fn=_tune)
     from plait.bench.cli import add_parser as add_bench
 

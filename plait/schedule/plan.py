@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import numpy as np
 from plait import settings
 from plait.codegen import gemm
 from plait.codegen.cstyle import RenderedKernel
-from plait.errors import CompileError, PlaitError
+from plait.errors import CompileError, PlaitError, TraceError
 from plait.graph.node import Node, toposort
 from plait.graph.ops import OPS
 from plait.runtime import get_device
@@ -22,13 +24,14 @@ from plait.runtime.base import Buffer, Device
 from plait.schedule.scheduler import Item, schedule
 
 
-def render(device: Device, item: Item) -> RenderedKernel:
+def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> RenderedKernel:
+    """The kernel of one scheduled item; a GEMM uses `knobs` when given (tuning), else the tuned or heuristic ones."""
     r = device.renderer
     if item.kind == "gemm":
         assert item.gemm is not None
         from plait.tune import knobs_for
 
-        knobs = knobs_for(device, "gemm", item.gemm)
+        knobs = knobs if knobs is not None else knobs_for(device, "gemm", item.gemm)
         epi = None
         if "epilogue" in item.extra:
             epi = gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
@@ -113,9 +116,11 @@ class Plan:
         self.launched = built  # the item behind each launch, in launch order (for kernel reports)
         programs = _compile(self.device, [k for k, _ in pending], built)
         self.programs: dict[int, tuple[Any, RenderedKernel]] = {}  # item out uid -> (program, kernel) for replays
+        self.bound: list[Launch] = []  # what each launch runs on, for step capture
         for (k, bufs), prog in zip(pending, programs, strict=True):
             self.kernels.append(k)
             self.launches.append(prog.bind(bufs, k.global_size, k.local_size))
+            self.bound.append(Launch(prog, k, bufs))
         for item, prog, (k, _) in zip(built, programs, pending, strict=True):
             self.programs[item.out.uid] = (prog, k)
 
@@ -140,6 +145,13 @@ class Plan:
 
 
 def read(device: Device, buf: Buffer, node: Node) -> np.ndarray:
+    if _CAPTURES:
+        raise TraceError(
+            f"plait.compile_step: the step reads a {node.shape} {node.dtype.name} value back to the host (.item(),"
+            " .numpy(), bool(), a loss printed or compared in Python), so its result depends on data the replay"
+            " would not see. Return the tensor from the step and read it outside, or call the function without"
+            " plait.compile_step."
+        )
     out: np.ndarray = np.empty(node.shape, dtype=node.dtype.np)
     if node.size:
         device.allocator.copy_out(buf, out)
@@ -157,6 +169,53 @@ def attach(node: Node, buf: Buffer) -> None:
     """Make `node` hold `buf`; the memory returns to its allocator's pool when the Buffer object dies."""
     node.set_buffer(buf)
     _manage(buf)
+
+
+@dataclass
+class Launch:
+    """One kernel launch: the program, its rendered kernel (launch sizes) and the buffers bound to it, output first."""
+
+    program: Any
+    kernel: RenderedKernel
+    buffers: list[Buffer]
+
+
+@dataclass
+class Capture:
+    """What a traced step did to device memory, in order: kernel launches, host uploads, and the hooks that must
+    run before each replay (host-side values such as a learning rate that a scheduler may change)."""
+
+    launches: list[Launch] = field(default_factory=list)
+    uploads: list[tuple[Buffer, np.ndarray]] = field(default_factory=list)
+    hooks: dict[Any, Callable[[], None]] = field(default_factory=dict)
+
+
+_CAPTURES: list[Capture] = []
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[Capture]:
+    """Record every kernel launch and host upload made inside the block (plait.compile_step's tracing)."""
+    if _CAPTURES:
+        raise TraceError("plait.compile_step: a compiled step cannot call another compiled step while it is traced")
+    cap = Capture()
+    _CAPTURES.append(cap)
+    try:
+        yield cap
+    finally:
+        _CAPTURES.pop()
+
+
+def record_upload(buf: Buffer, arr: np.ndarray) -> None:
+    """Note a host array copied into `buf` while a step is traced (replays check it stays the same)."""
+    if _CAPTURES:
+        _CAPTURES[-1].uploads.append((buf, arr.copy()))
+
+
+def on_replay(key: Any, hook: Callable[[], None]) -> None:
+    """Have `hook` run before each replay of the step being traced (once per key); a no-op outside tracing."""
+    if _CAPTURES:
+        _CAPTURES[-1].hooks[key] = hook
 
 
 @dataclass
@@ -224,6 +283,8 @@ def _replay(device: Device, steps: list[_Step], order: list[Node], leaves: list[
             buf = device.allocator.alloc(step.nbytes)
             if step.program is not None and step.kernel is not None:
                 step.program.bind([buf, *ins], step.kernel.global_size, step.kernel.local_size)()
+                if _CAPTURES:
+                    _CAPTURES[-1].launches.append(Launch(step.program, step.kernel, [buf, *ins]))
         bufs.append(buf)
     for step, buf in zip(steps, bufs, strict=True):
         if step.out_pos is not None:
@@ -253,6 +314,8 @@ def realize(nodes: list[Node]) -> None:
             continue
         plan = Plan(group)
         plan.run()
+        if _CAPTURES:
+            _CAPTURES[-1].launches.extend(plan.bound)
         _RECIPES[key] = _recipe(plan, pos)
         if len(_RECIPES) > _MAX_RECIPES:
             _RECIPES.popitem(last=False)

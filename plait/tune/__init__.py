@@ -32,8 +32,16 @@ def _db(device: Device) -> dict[str, Any]:
     return _memo[key]
 
 
-def _sig(kind: str, spec: Any) -> str:
+def signature(kind: str, spec: Any) -> str:
+    """The tuning cache's key for one kernel: its kind and every field of its spec."""
     return f"{kind}:{json.dumps(asdict(spec), sort_keys=True)}"
+
+
+def remember(device: Device, kind: str, spec: Any, knobs: dict[str, int]) -> None:
+    """Cache `knobs` as the tuned choice for this kernel on `device` ({} keeps the heuristic, marked as tuned)."""
+    db = _db(device)
+    db[signature(kind, spec)] = knobs
+    cache.put("tune", _db_key(device), json.dumps(db, sort_keys=True).encode())
 
 
 def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
@@ -78,7 +86,7 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
 def knobs_for(device: Device, kind: str, spec: Any) -> dict[str, int]:
     """The cached winner for this kernel signature, else the heuristic; tensor-core knobs are checked against the
     device's mma probe, so a stale cache entry raises instead of failing to build."""
-    knobs = _db(device).get(_sig(kind, spec)) or _heuristic(device, kind, spec)
+    knobs = _db(device).get(signature(kind, spec)) or _heuristic(device, kind, spec)
     if knobs.get("V") == 3:
         from plait.codegen.gemm_tc import check_device
 
@@ -173,7 +181,5 @@ def tune_gemm(device: Device, spec: Any, budget_s: float = 20.0) -> dict[str, in
     for buf in (a, b, c):
         device.allocator.free(buf.nbytes, buf.handle)
     chosen = best[1] if best else {}
-    db = _db(device)
-    db[_sig("gemm", spec)] = chosen
-    cache.put("tune", _db_key(device), json.dumps(db, sort_keys=True).encode())
+    remember(device, "gemm", spec, chosen)
     return chosen
