@@ -77,53 +77,6 @@ def _finish(kind: str, spec: GemmSpec, src: str, gs: tuple[int, ...], ls: tuple[
     return RenderedKernel(name, src.replace("KERNEL_NAME", name), gs, ls)
 
 
-def _gemv_library() -> str:
-    """The few-rows GEMV, shared by every GEMV kernel of a translation unit (sizes and strides are arguments)."""
-    return """//@shared-begin plait_gemv
-#include <math.h>
-typedef void (*plait_epi_fn)(float* c, long bz, int i0, int j0, int mr, int nr, void* const* extra);
-
-/* Few rows (a batch-1 linear layer, a depthwise convolution): stream B once with no packing. One parallel loop
-   over (batch, column blocks), so many small batches (one per channel group) cost one parallel region. */
-static void plait_sgemv_small(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai,
-                              long sam, long sak, const float* B, long sbb, long sbi, long sbk, long sbn, float* C,
-                              plait_epi_fn epi, void* const* extra) {
-  long blocks = (n + 63) / 64;
-#pragma omp parallel for schedule(static)
-  for (long t = 0; t < batch * blocks; t++) {
-    long bz = t / blocks;
-    int j0 = (int)(t % blocks) * 64, j1 = j0 + 64 < n ? j0 + 64 : n;
-    const float* a = A + bz / inner * sab + bz % inner * sai;
-    const float* b = B + bz / inner * sbb + bz % inner * sbi;
-    float* c = C + bz * (long)m * n;
-    for (int i = 0; i < m; i++) {
-      if (sbk == 1) {
-        for (int j = j0; j < j1; j++) {
-          const float* bj = b + (long)j * sbn;
-          const float* ai = a + (long)i * sam;
-          float acc = 0.0f;
-#pragma omp simd reduction(+:acc)
-          for (int p = 0; p < k; p++) acc += ai[(long)p * sak] * bj[p];
-          c[(long)i * n + j] = acc;
-        }
-      } else {
-        float acc[64] = {0};
-        for (int p = 0; p < k; p++) {
-          float av = a[(long)i * sam + (long)p * sak];
-          const float* bp = b + (long)p * sbk;
-#pragma omp simd
-          for (int j = j0; j < j1; j++) acc[j - j0] += av * bp[(long)j * sbn];
-        }
-        for (int j = j0; j < j1; j++) c[(long)i * n + j] = acc[j - j0];
-      }
-    }
-    if (epi) epi(c, bz, 0, j0, m, j1 - j0, extra);
-  }
-}
-//@shared-end
-"""
-
-
 def _tile_coords(
     shape: tuple[int, ...], batch: int, m: int, n: int, rows: str = "(i0 + i)", cols: str = "(j0 + j)"
 ) -> list[str] | None:
@@ -213,12 +166,12 @@ def render_c(
             spec, f"A + {ao}, {sab}, {spec.a_inner}", f"B + {bo}, {sbb}, {spec.b_inner}", epi_fn, extra
         )
     elif small or vec:
-        lib = gemm_c.at_o2(_gemv_library())
+        lib = gemm_c.gemv_library()
         if vec:
             a_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbn}, {sbk}"
             b_args = f"A + {ao}, {sab}, {spec.a_inner}, {sak}, {sam}"
             m, n = n, m
-        call = f"  plait_sgemv_small({spec.batch}, {spec.inner}, {m}, {n}, {k}, {a_args}, {b_args}, C, {epi_fn}, {extra});\n"
+        call = f"  plait_sgemv({spec.batch}, {spec.inner}, {m}, {n}, {k}, {a_args}, {b_args}, C, {epi_fn}, {extra});\n"
     else:
         lib = gemm_c.library(mr, nv)
         fn = f"plait_sgemm_{mr}x{nv}"
@@ -245,6 +198,38 @@ def render_c(
     return _finish(kind, spec, src, (1,), None)
 
 
+def conv_wide(spec: GemmSpec) -> bool:
+    """True when an implicit convolution's image offsets or column indices may pass 2^31 (64-bit index math).
+
+    Elsewhere the gather's index arithmetic is 32-bit: it runs once per B element, and NVIDIA GPUs divide and
+    multiply 64-bit integers in several instructions each."""
+    win = spec.conv
+    assert win is not None
+    plane = win.h * win.w
+    reach = spec.batch // spec.inner * abs(spec.b[1]) + spec.inner * abs(spec.b_inner) + win.c * plane
+    return max(win.n * win.c * plane, reach, spec.batch * spec.n) >= 2**31
+
+
+def conv_column(spec: GemmSpec, col: str, fold: bool) -> str:
+    """Declarations placing column `col` of an implicit-convolution spec in the image: o_, the offset of its
+    batch entry (with `fold`, else 0), and iy0_, ix0_, the top-left corner of its window (padding included)."""
+    win = spec.conv
+    assert win is not None
+    idx, lit = ("long", "L") if conv_wide(spec) else ("int", "")
+    decls = f"const {idx} q_ = {col};"
+    if fold:
+        n, inner = spec.n, spec.inner
+        off = (
+            f"i_ / {inner} * {spec.b[1]}{lit} + i_ % {inner} * {spec.b_inner}{lit}"
+            if inner > 1
+            else f"i_ * {spec.b[1]}{lit}"
+        )
+        decls += f" const {idx} i_ = q_ / {n}, o_ = {off}; const int j_ = (int)(q_ % {n});"
+    else:
+        decls += f" const {idx} o_ = 0; const int j_ = (int)q_;"
+    return decls + f" const int iy0_ = j_ / {win.ow} * {win.sh} - {win.ph}, ix0_ = j_ % {win.ow} * {win.sw} - {win.pw};"
+
+
 def conv_gather(spec: GemmSpec, k: str, col: str, cond: str, fold: bool = False) -> tuple[str, str]:
     """(declarations, value) reading element B[k, col] of an implicit-convolution spec straight from the image
     through the window (stride, padding, dilation): 0 outside the image or where `cond` fails. With `fold`,
@@ -252,22 +237,13 @@ def conv_gather(spec: GemmSpec, k: str, col: str, cond: str, fold: bool = False)
     win = spec.conv
     assert win is not None
     taps, plane = win.kh * win.kw, win.h * win.w
-    decls = f"const int p_ = {k}; const long q_ = {col};"
-    off = ""
-    if fold:
-        n, inner = spec.n, spec.inner
-        decls += f" const long i_ = q_ / {n}; const int j_ = (int)(q_ % {n});"
-        off = (
-            f"i_ / {inner} * {spec.b[1]}L + i_ % {inner} * {spec.b_inner}L + " if inner > 1 else f"i_ * {spec.b[1]}L + "
-        )
-    else:
-        decls += " const int j_ = (int)q_;"
+    idx = "long" if conv_wide(spec) else "int"
+    decls = f"const int p_ = {k}; {conv_column(spec, col, fold)}"
     decls += (
-        f" const int t_ = p_ % {taps}, iy_ = j_ / {win.ow} * {win.sh} - {win.ph} + t_ / {win.kw} * {win.dh},"
-        f" ix_ = j_ % {win.ow} * {win.sw} - {win.pw} + t_ % {win.kw} * {win.dw};"
+        f" const int t_ = p_ % {taps}, iy_ = iy0_ + t_ / {win.kw} * {win.dh}, ix_ = ix0_ + t_ % {win.kw} * {win.dw};"
     )
     inside = f"(uint)iy_ < {win.h}u && (uint)ix_ < {win.w}u"
-    value = f"({cond} && {inside}) ? b[{off}(long)(p_ / {taps}) * {plane} + iy_ * {win.w} + ix_] : 0.0f"
+    value = f"({cond} && {inside}) ? b[o_ + ({idx})(p_ / {taps}) * {plane} + iy_ * {win.w} + ix_] : 0.0f"
     return decls, value
 
 

@@ -340,6 +340,142 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
 """
 
 
+GEMV = """//@shared-begin plait_gemv
+/* C[i, j] for j in [j0, j1): dot products of M rows of A (contiguous, length k) with columns of B that are
+   contiguous along k (a linear layer's weight rows). Four weight rows stream at once, each loaded vector feeds M
+   multiply-adds. */
+static inline __attribute__((always_inline)) void plait_gemv_dot(int M, int k, const float* a, long lda,
+                                                               const float* b, long sbn, float* c, long ldc,
+                                                               int j0, int j1) {
+  int j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    const float* b0 = b + (long)j * sbn;
+    plait_v16 acc[4][4] = {{{0}}};
+    int p = 0;
+    for (; p + 16 <= k; p += 16) {
+      plait_v16 w0 = *(const plait_v16*)(b0 + p), w1 = *(const plait_v16*)(b0 + sbn + p);
+      plait_v16 w2 = *(const plait_v16*)(b0 + 2 * sbn + p), w3 = *(const plait_v16*)(b0 + 3 * sbn + p);
+#pragma GCC unroll 4
+      for (int i = 0; i < M; i++) {
+        plait_v16 av = *(const plait_v16*)(a + i * lda + p);
+        acc[i][0] += av * w0; acc[i][1] += av * w1; acc[i][2] += av * w2; acc[i][3] += av * w3;
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < M; i++) {
+      for (int q = 0; q < 4; q++) {
+        float s = 0.0f;
+        for (int l = 0; l < 16; l++) s += acc[i][q][l];
+        for (int pp = p; pp < k; pp++) s += a[i * lda + pp] * b0[q * sbn + pp];
+        c[i * ldc + j + q] = s;
+      }
+    }
+  }
+  for (; j < j1; j++) {
+    const float* bj = b + (long)j * sbn;
+#pragma GCC unroll 4
+    for (int i = 0; i < M; i++) {
+      float s = 0.0f;
+#pragma omp simd reduction(+:s)
+      for (int p = 0; p < k; p++) s += a[i * lda + p] * bj[p];
+      c[i * ldc + j] = s;
+    }
+  }
+}
+
+/* C[i, j0:j1] for B rows contiguous along n (SBN == 1) or strided: every row of B is read once as a long run,
+   its products added into partial sums for the column block that stay in L1; four rows of B at a time. */
+static inline __attribute__((always_inline)) void plait_gemv_axpy(int M, int k, const float* a, long lda, long sak,
+                                                                const float* b, long sbk, long SBN, float* c,
+                                                                long ldc, int j0, int j1) {
+  for (int i = 0; i < M; i++) memset(c + i * ldc + j0, 0, sizeof(float) * (size_t)(j1 - j0));
+  int p = 0;
+  for (; p + 4 <= k; p += 4) {
+    const float* b0 = b + (long)p * sbk;
+    const float* b1 = b0 + sbk;
+    const float* b2 = b1 + sbk;
+    const float* b3 = b2 + sbk;
+#pragma GCC unroll 4
+    for (int i = 0; i < M; i++) {
+      const float* ai = a + i * lda + (long)p * sak;
+      float a0 = ai[0], a1 = ai[sak], a2 = ai[2 * sak], a3 = ai[3 * sak];
+      float* restrict ci = c + i * ldc;
+#pragma omp simd
+      for (int j = j0; j < j1; j++) {
+        long q = (long)j * SBN;
+        ci[j] += a0 * b0[q] + a1 * b1[q] + a2 * b2[q] + a3 * b3[q];
+      }
+    }
+  }
+  for (; p < k; p++) {
+    const float* b0 = b + (long)p * sbk;
+    for (int i = 0; i < M; i++) {
+      float a0 = a[i * lda + (long)p * sak];
+      float* restrict ci = c + i * ldc;
+#pragma omp simd
+      for (int j = j0; j < j1; j++) ci[j] += a0 * b0[(long)j * SBN];
+    }
+  }
+}
+
+#define PLAIT_GEMV_ROWS(CALL) \\
+  switch (mm) { case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; default: CALL(4); break; }
+#define PLAIT_DOT(M) plait_gemv_dot(M, k, a + i0 * lda, lda, b, sbn, c + (long)i0 * n, n, j0, j1)
+#define PLAIT_AXPY(M) plait_gemv_axpy(M, k, a + i0 * sam, sam, sak, b, sbk, 1, c + (long)i0 * n, n, c0, c1)
+#define PLAIT_AXPY_STRIDED(M) plait_gemv_axpy(M, k, a + i0 * sam, sam, sak, b, sbk, sbn, c + (long)i0 * n, n, c0, c1)
+
+/* Few rows (a batch-1 linear layer): bound by reading B once, so B is streamed in its own layout with no packing,
+   each task taking a contiguous range of columns. Dot-product columns (B contiguous along k) split into several
+   chunks per thread, handed out dynamically, so a thread that the OS preempts on a shared machine does not hold up
+   the others; axpy columns need long rows to stream, so they split only once per thread. */
+static void plait_sgemv(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
+                        long sak, const float* B, long sbb, long sbi, long sbk, long sbn, float* C,
+                        plait_epi_fn epi, void* const* extra) {
+  int threads = omp_get_max_threads(), dot = sbk == 1 && k > 1;
+  long want = (dot ? 4L : 1L) * threads, per = batch >= want ? 1 : (want + batch - 1) / batch;
+  long most = (n + (dot ? 15 : 255)) / (dot ? 16 : 256); /* column chunks per batch entry */
+  if (per > most) per = most;
+  if (per < 1) per = 1;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (long t = 0; t < batch * per; t++) {
+    long bz = t / per;
+    int j0 = (int)(n * (t % per) / per), j1 = (int)(n * (t % per + 1) / per);
+    const float* a = A + bz / inner * sab + bz % inner * sai;
+    const float* b = B + bz / inner * sbb + bz % inner * sbi;
+    float* c = C + bz * (long)m * n;
+    if (dot) {
+      long lda = sam;
+      if (sak != 1) { /* the dot kernel reads rows of A contiguously */
+        float* ap = plait_scratch((size_t)m * k);
+        for (int i = 0; i < m; i++)
+          for (int p = 0; p < k; p++) ap[(long)i * k + p] = a[i * sam + p * sak];
+        a = ap;
+        lda = k;
+      }
+      for (int i0 = 0; i0 < m; i0 += 4) {
+        int mm = m - i0 < 4 ? m - i0 : 4;
+        PLAIT_GEMV_ROWS(PLAIT_DOT)
+      }
+    } else {
+      for (int i0 = 0; i0 < m; i0 += 4) {
+        int mm = m - i0 < 4 ? m - i0 : 4;
+        for (int c0 = j0; c0 < j1; c0 += 2048) {
+          int c1 = c0 + 2048 < j1 ? c0 + 2048 : j1;
+          if (sbn == 1) {
+            PLAIT_GEMV_ROWS(PLAIT_AXPY)
+          } else {
+            PLAIT_GEMV_ROWS(PLAIT_AXPY_STRIDED)
+          }
+        }
+      }
+    }
+    if (epi) epi(c, bz, 0, j0, m, j1 - j0, extra);
+  }
+}
+//@shared-end
+"""
+
+
 DEPTHWISE = """//@shared-begin plait_dwconv
 /* A depthwise convolution (one filter per channel plane): each output row accumulates kh*kw shifted, scaled input
    rows, a vector loop per tap; planes are independent tasks, and epi runs on each finished plane. */
@@ -444,6 +580,11 @@ def library(mr: int, nv: int) -> str:
     """The shared C code for one register tile (compiled once per translation unit, whatever the shapes)."""
     tile = f"//@shared-begin plait_gemm_{mr}x{nv}\n{_micro(mr, nv)}{_driver(mr, nv)}//@shared-end\n"
     return at_o2(COMMON) + at_o2(tile)
+
+
+def gemv_library() -> str:
+    """The shared C code of the few-rows product (GEMV)."""
+    return at_o2(COMMON) + at_o2(GEMV)
 
 
 def depthwise_library() -> str:
