@@ -15,9 +15,10 @@ from plait.errors import (
     PlaitError,
     ShapeError,
     TileError,
+    TraceError,
     UnsupportedError,
 )
-from plait.frontends.native.jit import jit
+from plait.frontends.native.jit import compile_step, jit
 from plait.frontends.native.tensor import Tensor, cat, concatenate, matmul, maximum, minimum, stack, tensor, where
 from plait.graph.autodiff import no_grad
 from plait.runtime import default_device
@@ -75,6 +76,7 @@ __all__ = [
     "ShapeError",
     "Tensor",
     "TileError",
+    "TraceError",
     "UnsupportedError",
     "bool_",
     "cat",
@@ -90,6 +92,7 @@ __all__ = [
     "float32",
     "int32",
     "int64",
+    "compile_step",
     "jit",
     "matmul",
     "maximum",

@@ -29,3 +29,7 @@ class UnsupportedError(PlaitError, NotImplementedError):
 
 class TileError(PlaitError, ValueError):
     """A malformed contraction in the Tile language, reported at definition time."""
+
+
+class TraceError(PlaitError, RuntimeError):
+    """A step given to plait.compile_step does something a replay of recorded kernels cannot reproduce."""

@@ -7,11 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from plait.errors import PlaitError
+from plait.errors import PlaitError, TraceError
 from plait.frontends.native.tensor import Tensor
 from plait.graph.autodiff import no_grad
 from plait.graph.node import Node
 from plait.nn.module import assign, flush_pending, realize_all
+from plait.schedule.plan import capturing, on_replay
 
 
 class Optimizer:
@@ -36,28 +37,62 @@ class Optimizer:
             self.param_groups.append(group)
         for group in self.param_groups:
             group.setdefault("initial_lr", group["lr"])
+        self._hyper: dict[tuple[int, str, str], tuple[float, Tensor]] = {}
+        self._traced: list[dict[str, Any]] | None = None  # the fixed hyper-parameters a compiled step was traced with
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:
             for p in group["params"]:
                 p.grad = None
 
-    def _scalar(self, value: float, like: Tensor) -> Tensor:
-        """A per-step scalar (learning rate, bias correction) as a 1-element buffer, so that the kernels' source
-        stays the same from step to step (a changing literal would recompile them)."""
-        return Tensor.from_numpy(np.array(value, dtype=like.dtype.np), device=like.device)
+    def _lr(self, gi: int, like: Tensor) -> Tensor:
+        """Group `gi`'s learning rate as a 0-d device tensor that keeps its buffer from step to step: the kernels'
+        source stays the same when a scheduler changes the rate (a literal would recompile them), and a step replayed
+        by plait.compile_step reads the current rate (`_write_lr` rewrites it before each step and each replay)."""
+        key = (gi, like.device, like.dtype.name)
+        held = self._hyper.get(key)
+        if held is None:
+            lr = self.param_groups[gi]["lr"]
+            held = self._hyper[key] = (lr, Tensor.from_numpy(np.array(lr, dtype=like.dtype.np), device=like.device))
+        return held[1]
+
+    def _write_lr(self) -> None:
+        """Copy each group's current learning rate into its device scalar when it changed (a scheduler stepped)."""
+        for key, (lr, t) in list(self._hyper.items()):
+            group = self.param_groups[key[0]]
+            if group["lr"] != lr:
+                t.node.buffer.device.allocator.copy_in(t.node.buffer, np.array(group["lr"], dtype=t.dtype.np))
+                self._hyper[key] = (group["lr"], t)
+
+    def _before_replay(self) -> None:
+        """What a step replayed by plait.compile_step needs from Python: the current learning rates. The other
+        hyper-parameters are compiled into the kernels, so a change to them since tracing is refused."""
+        if self._traced != [self._fixed(g) for g in self.param_groups]:
+            raise TraceError(
+                f"{type(self).__name__}: a hyper-parameter other than lr changed after plait.compile_step traced the"
+                " step (momentum, betas, eps, weight decay... are compiled into its kernels); make a new compiled step"
+            )
+        self._write_lr()
+
+    @staticmethod
+    def _fixed(group: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in group.items() if k not in ("params", "lr", "initial_lr")}
 
     def step(self) -> None:
         """Update every parameter that has a gradient; all updates compile and run as one plan."""
         updates: list[tuple[Tensor, Node]] = []
         states: list[tuple[dict[str, Any], str, Tensor]] = []
+        self._write_lr()
+        if capturing():
+            self._traced = [self._fixed(g) for g in self.param_groups]
+            on_replay(id(self), self._before_replay)
         with no_grad():
-            for group in self.param_groups:
+            for gi, group in enumerate(self.param_groups):
                 for p in group["params"]:
                     if p.grad is None:
                         continue
                     st = self.state.setdefault(id(p), {})
-                    new_p, new_state = self._update(p, p.grad, st, group)
+                    new_p, new_state = self._update(p, p.grad, st, group, self._lr(gi, p))
                     updates.append((p, new_p.node))
                     states.extend((st, k, v) for k, v in new_state.items())
         flush_pending()
@@ -68,7 +103,7 @@ class Optimizer:
             st[k] = v
 
     def _update(
-        self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]
+        self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any], lr: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
         raise NotImplementedError
 
@@ -92,7 +127,7 @@ class SGD(Optimizer):
         super().__init__(params, {**defaults, "nesterov": nesterov, "maximize": maximize})
 
     def _update(
-        self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]
+        self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any], lr: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
         if group["maximize"]:
             g = -g
@@ -105,7 +140,7 @@ class SGD(Optimizer):
             buf = g if buf is None else buf * mom + g * (1.0 - group["dampening"])
             new["momentum_buffer"] = buf
             g = g + buf * mom if group["nesterov"] else buf
-        return p - g * self._scalar(group["lr"], p), new
+        return p - g * lr, new
 
 
 class Adam(Optimizer):
@@ -130,26 +165,27 @@ class Adam(Optimizer):
         )
 
     def _update(
-        self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any]
+        self, p: Tensor, g: Tensor, state: dict[str, Any], group: dict[str, Any], lr: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
         b1, b2 = group["betas"]
-        lr, wd = group["lr"], group["weight_decay"]
+        wd = group["weight_decay"]
         if group["maximize"]:
             g = -g
         if wd and self._decoupled:
-            p = p * self._scalar(1.0 - lr * wd, p)
+            p = p * (1.0 - lr * wd)
         elif wd:
             g = g + p * wd
-        t = state.get("t", 0) + 1
-        state["t"] = t
+        # the step count lives on the device (as torch's capturable Adam keeps it), so that a replayed step advances
+        # it and its bias corrections without Python
+        t = state.get("step")
+        t = Tensor.full((), 1.0, p.dtype, p.device) if t is None else t + 1.0
         m = state.get("exp_avg")
         v = state.get("exp_avg_sq")
         m = g * (1.0 - b1) if m is None else m * b1 + g * (1.0 - b1)
         v = g * g * (1.0 - b2) if v is None else v * b2 + g * g * (1.0 - b2)
-        step_size = self._scalar(lr / (1.0 - b1**t), p)
-        root_bc2 = self._scalar(1.0 / float(np.sqrt(1.0 - b2**t)), p)
-        denom = v.sqrt() * root_bc2 + group["eps"]
-        return p - m / denom * step_size, {"exp_avg": m, "exp_avg_sq": v}
+        step_size = lr / (1.0 - b1**t)
+        denom = v.sqrt() / (1.0 - b2**t).sqrt() + group["eps"]
+        return p - m / denom * step_size, {"exp_avg": m, "exp_avg_sq": v, "step": t}
 
 
 class AdamW(Adam):

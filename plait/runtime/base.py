@@ -44,6 +44,12 @@ class Allocator:
     def copy_out(self, buf: Buffer, dst: np.ndarray) -> None:
         raise NotImplementedError
 
+    def copy(self, dst: Buffer, src: Buffer) -> None:
+        """Copy `src`'s bytes into `dst` (same size) in queue order; this default goes through host memory."""
+        host = np.empty(src.nbytes, np.uint8)
+        self.copy_out(src, host)
+        self.copy_in(dst, host)
+
 
 _SHARED = re.compile(r"//@shared-begin (\S+)\n.*?//@shared-end\n", re.S)
 

@@ -75,6 +75,9 @@ class CPUAllocator(Allocator):
     def copy_out(self, buf: Buffer, dst: np.ndarray) -> None:
         dst.reshape(-1).view(np.uint8)[:] = buf.handle[: buf.nbytes]
 
+    def copy(self, dst: Buffer, src: Buffer) -> None:
+        dst.handle[: dst.nbytes] = src.handle[: src.nbytes]
+
 
 class CPUProgram(Program):
     def __init__(self, fn: Any):

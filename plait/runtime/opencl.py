@@ -99,6 +99,10 @@ class CLAllocator(Allocator):
         if buf.nbytes:
             _cl().enqueue_copy(self.device.queue, dst, buf.handle, is_blocking=True)
 
+    def copy(self, dst: Buffer, src: Buffer) -> None:
+        if src.nbytes:
+            _cl().enqueue_copy(self.device.queue, dst.handle, src.handle, byte_count=src.nbytes)
+
 
 class CLProgram(Program):
     def __init__(self, device: OpenCLDevice, kernel: Any):

@@ -1,4 +1,5 @@
 """`plait.jit`: trace a function of Tensors once per input signature into a compiled Plan, then replay it.
+`plait.compile_step`: the same for a function with side effects (a training step), traced by recording its kernels.
 
 Replay copies the inputs into the plan's buffers, launches the pre-bound kernels and returns NumPy arrays; no
 graph is built, nothing is rendered or compiled.
@@ -17,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from plait import dtypes
-from plait.errors import PlaitError
-from plait.frontends.native.tensor import Tensor
+from plait.errors import PlaitError, TraceError
+from plait.frontends.native.tensor import _LEAVES, Tensor
 from plait.graph.node import Node
-from plait.runtime import canonical, default_device
-from plait.schedule.plan import Plan
+from plait.runtime import canonical, default_device, get_device
+from plait.runtime.base import Buffer
+from plait.schedule.plan import Capture, Plan, attach, capture, realize
 
 
 class Jit:
@@ -54,3 +56,263 @@ def jit(fn: Callable[..., Any] | None = None, device: str | None = None) -> Any:
     if fn is None:
         return lambda f: Jit(f, device)
     return Jit(fn, device)
+
+
+class CompiledStep:
+    """A step function (forward, loss.backward(), optimizer.step(): anything that updates tensors in place) that runs
+    as a replay of the kernels it launched, with no graph work in Python. See `compile_step`."""
+
+    def __init__(self, fn: Callable[..., Any], device: str | None = None):
+        self.fn = fn
+        self.device = canonical(device) if device else default_device()
+        self.traces: dict[Any, _Trace] = {}
+        self.calls = 0
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls += 1
+        key = tuple(_arg_key(a) for a in args)
+        trace = self.traces.setdefault(key, _Trace())
+        if trace.replay is not None:
+            if trace.replay.still_bound():
+                return trace.replay(args)
+            trace.replay = None  # parameters were re-pointed outside this trace (load_state_dict, another signature)
+        if not trace.eager_done:
+            trace.eager_done = True  # a first step may differ (optimizer state is created): run it untraced
+            return self.fn(
+                *(Tensor.from_numpy(a, device=self.device) if isinstance(a, np.ndarray) else a for a in args)
+            )
+        recorded = _record(self.fn, args, self.device)
+        if trace.first is None or trace.first_call != self.calls - 1:
+            trace.first, trace.first_call = recorded, self.calls  # pair only calls that follow each other
+            return recorded.copied_outputs()
+        try:
+            trace.replay = _Replay(trace.first, recorded, self.fn)
+        except TraceError:
+            if trace.refused:
+                raise
+            trace.refused = True  # state may have been changed from outside between the calls: pair the next two
+            trace.first, trace.first_call = recorded, self.calls
+            return recorded.copied_outputs()
+        trace.first = None
+        return recorded.copied_outputs()
+
+
+class _Trace:
+    """Per input signature: the first call done, the traced call waiting for its pair, the replay built from two
+    traced calls in a row, and whether a pairing has already been refused."""
+
+    def __init__(self) -> None:
+        self.eager_done = False
+        self.first: _Recorded | None = None
+        self.first_call = 0
+        self.replay: _Replay | None = None
+        self.refused = False
+
+
+def _arg_key(a: Any) -> Any:
+    if isinstance(a, Tensor):
+        return ("tensor", a.shape, a.dtype.name, a.device)
+    if isinstance(a, np.ndarray):
+        return ("array", a.shape, a.dtype.str)
+    try:
+        hash(a)
+    except TypeError:
+        raise TraceError(
+            f"plait.compile_step: argument of type {type(a).__name__} is neither a Tensor, an array nor a hashable"
+            " constant; pass tensors for data and hashable values (numbers, strings) for settings"
+        ) from None
+    return ("const", a)
+
+
+class _Recorded:
+    """One traced call: the capture, the private input buffers its tensor arguments were copied into, and the
+    output tensors (their structure, to rebuild it on replay)."""
+
+    def __init__(self, cap: Capture, inputs: list[Buffer | None], outputs: list[Tensor], single: bool):
+        self.cap = cap
+        self.inputs = inputs
+        self.outputs = outputs
+        self.single = single
+
+    def copied_outputs(self) -> Any:
+        outs = [_copy(t.node.buffer, t) for t in self.outputs]
+        return _pack(outs, self.single)
+
+
+def _pack(outs: list[Tensor], single: bool) -> Any:
+    if single:
+        return outs[0] if outs else None
+    return tuple(outs)
+
+
+def _copy(buf: Buffer, like: Tensor) -> Tensor:
+    """A new tensor holding a copy of `buf` (replays overwrite their buffers; what the caller gets must not change)."""
+    dev = get_device(like.device)
+    node = Node("buffer", (), None, like.shape, like.dtype, like.device)
+    out = dev.allocator.alloc(buf.nbytes)
+    dev.allocator.copy(out, buf)
+    attach(node, out)
+    return Tensor(node)
+
+
+def _private(a: Any, device: str) -> tuple[Any, Buffer | None]:
+    """The argument the traced function sees: tensors and arrays become tensors in buffers of our own (a replay
+    copies the next call's data into them), other values pass through."""
+    if isinstance(a, np.ndarray):
+        t = Tensor.from_numpy(a, device=device)
+        return t, t.node.buffer
+    if isinstance(a, Tensor):
+        a.realize()
+        t = _copy(a.node.buffer, a)
+        return t, t.node.buffer
+    return a, None
+
+
+def _record(fn: Callable[..., Any], args: tuple[Any, ...], device: str) -> _Recorded:
+    private = [_private(a, device) for a in args]
+    with capture() as cap:
+        out = fn(*(t for t, _ in private))
+        single = not isinstance(out, (tuple, list))
+        outs = [] if out is None else [out] if single else list(out)
+        if not all(isinstance(o, Tensor) for o in outs):
+            raise TraceError(
+                "plait.compile_step: the step must return None, a Tensor or a tuple/list of Tensors (a Python value"
+                f" would not change on replay), got {type(out).__name__}"
+            )
+        realize([o.node for o in outs])
+    return _Recorded(cap, [b for _, b in private], outs, single)
+
+
+class _Replay:
+    """The second traced call's launches, bound once, plus what makes them repeatable. Comparing two traced calls
+    tells the step's state apart from its temporaries: a buffer that the second call reads where the first read a
+    buffer made before it, and that the first call wrote, is state carried from one step to the next (a parameter,
+    a momentum or a running mean). A replay copies each carried value back into the buffer the launches read, runs
+    the launches, and leaves every Python object that holds state pointing at the updated buffers."""
+
+    def __init__(self, a: _Recorded, b: _Recorded, fn: Callable[..., Any]):
+        name = getattr(fn, "__name__", "step")
+        _same_kernels(a.cap, b.cap, name)
+        made_a, made_b = _producers(a), _producers(b)
+        carries: dict[int, tuple[Buffer, Buffer]] = {}  # id(buffer read) -> (it, the buffer B writes the state to)
+        for j, (la, lb) in enumerate(zip(a.cap.launches, b.cap.launches, strict=True)):
+            for slot, (ba, bb) in enumerate(zip(la.buffers, lb.buffers, strict=True)):
+                if ba is bb:
+                    continue  # the same buffer both times: a constant (frozen weights, the learning-rate scalar)
+                pa, pb = made_a.get(id(ba)), made_b.get(id(bb))
+                if pa is not None and pa == pb:
+                    continue  # a temporary or an input, made at the same point of both calls
+                src = made_a.get(id(bb))
+                if pa is None and pb is None and src is not None and src[0] == "launch":
+                    written = b.cap.launches[src[1]].buffers[0]
+                    if carries.setdefault(id(bb), (bb, written))[1] is not written:
+                        raise TraceError(
+                            f"plait.compile_step({name}): state buffer read in two roles ({lb.kernel.name})"
+                        )
+                    continue
+                raise TraceError(
+                    f"plait.compile_step({name}): kernel {lb.kernel.name} (launch {j}, argument {slot}) reads a"
+                    " tensor that neither the step made nor was carried from the previous call (a tensor replaced"
+                    " outside the step, or a value chosen by Python control flow); replays cannot follow it. Keep"
+                    " such tensors out of the step or call the function without plait.compile_step."
+                )
+        self.carries = list(carries.values())
+        self.device = get_device(b.outputs[0].device) if b.outputs else b.cap.launches[0].buffers[0].device
+        self.launches = [
+            lb.program.bind(lb.buffers, lb.kernel.global_size, lb.kernel.local_size) for lb in b.cap.launches
+        ]
+        self.hooks = list(b.cap.hooks.values())
+        self.inputs = b.inputs
+        self.outputs = b.outputs
+        self.single = b.single
+        state = {id(w) for _, w in self.carries}
+        # parameters that hold carried state: if one is re-pointed from outside (load_state_dict) the trace is stale
+        self.holders = [(t, t.node.buffer) for t in list(_LEAVES.values()) if id(t.node.buffer) in state]
+        self.keep = b.cap  # the buffers the bound launches use stay alive with the replay
+
+    def still_bound(self) -> bool:
+        return all(t.node.buffer is buf for t, buf in self.holders)
+
+    def __call__(self, args: tuple[Any, ...]) -> Any:
+        alloc = self.device.allocator
+        for hook in self.hooks:
+            hook()
+        for a, buf in zip(args, self.inputs, strict=True):
+            if buf is None:
+                continue
+            if isinstance(a, Tensor):
+                a.realize()
+                alloc.copy(buf, a.node.buffer)
+            else:
+                alloc.copy_in(buf, np.ascontiguousarray(a))
+        for read_buf, state in self.carries:
+            alloc.copy(read_buf, state)
+        for launch in self.launches:
+            launch()
+        return _pack([_copy(t.node.buffer, t) for t in self.outputs], self.single)
+
+
+def _same_kernels(a: Capture, b: Capture, name: str) -> None:
+    """Two traced calls must launch the same kernels in the same order and upload the same host data."""
+    if len(a.launches) != len(b.launches) or any(
+        la.kernel.name != lb.kernel.name or la.kernel.source != lb.kernel.source or len(la.buffers) != len(lb.buffers)
+        for la, lb in zip(a.launches, b.launches, strict=False)
+    ):
+        raise TraceError(
+            f"plait.compile_step({name}): two calls with the same input shapes ran different kernels ({len(a.launches)}"
+            f" and {len(b.launches)} launches): the step takes a different path from call to call (Python control"
+            " flow on a counter or on data), so no single replay is right. Make the path fixed, or call the function"
+            " without plait.compile_step."
+        )
+    if len(a.uploads) != len(b.uploads):
+        raise TraceError(f"plait.compile_step({name}): two calls copied different numbers of host arrays to the device")
+    for (_, ua), (_, ub) in zip(a.uploads, b.uploads, strict=True):
+        if ua.shape != ub.shape or ua.dtype != ub.dtype or not np.array_equal(ua, ub, equal_nan=True):
+            raise TraceError(
+                f"plait.compile_step({name}): a {ua.shape} {ua.dtype} host array made inside the step (plait.tensor,"
+                " Tensor.from_numpy) changed between calls, and a replay would keep its first value; pass it to the"
+                " step as an argument instead"
+            )
+
+
+def _producers(r: _Recorded) -> dict[int, tuple[str, int]]:
+    """Where each buffer a traced call made came from: ('launch', index), ('upload', index) or ('input', index)."""
+    made: dict[int, tuple[str, int]] = {}
+    for i, buf in enumerate(r.inputs):
+        if buf is not None:
+            made[id(buf)] = ("input", i)
+    for i, (buf, _) in enumerate(r.cap.uploads):
+        made.setdefault(id(buf), ("upload", i))
+    for i, launch in enumerate(r.cap.launches):
+        made[id(launch.buffers[0])] = ("launch", i)
+    return made
+
+
+def compile_step(fn: Callable[..., Any] | None = None, device: str | None = None) -> Any:
+    """Compile a training step (or any function that updates tensors in place) into a replay of its kernels.
+
+    The first call with a given signature (argument shapes and dtypes, other arguments by value) runs eagerly, the
+    next two run eagerly while every kernel launch is recorded, and later calls only copy the new inputs in and run
+    the recorded launches: no graph building, autodiff, signature hashing or allocation. Parameters, optimizer state
+    and running statistics stay on the device and are updated in place; outputs come back as new Tensors.
+    Arguments may be Tensors, NumPy arrays (copied to `device`, default plait's default device) or hashable constants;
+    use it as `@plait.compile_step` or `@plait.compile_step(device="opencl:0")`. A step whose kernels depend on Python control flow
+    or that reads values to the host raises plait.TraceError (see docs/training.md).
+
+    >>> import numpy as np, plait
+    >>> lin = plait.nn.Linear(3, 2, device="cpu")
+    >>> opt = plait.optim.SGD(lin.parameters(), lr=0.1)
+    >>> @plait.compile_step
+    ... def step(x):
+    ...     opt.zero_grad()
+    ...     loss = lin(x).square().mean()
+    ...     loss.backward()
+    ...     opt.step()
+    ...     return loss
+    >>> losses = [float(step(np.ones((4, 3), np.float32)).item()) for _ in range(5)]
+    >>> losses[-1] < losses[0]
+    True
+    """
+    if fn is None:
+        return lambda f: CompiledStep(f, device)
+    return CompiledStep(fn, device)

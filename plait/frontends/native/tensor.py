@@ -26,7 +26,7 @@ from plait.graph.ops import movement as mv
 from plait.graph.ops import reduce as rd
 from plait.graph.ops.matmul import matmul as _matmul
 from plait.runtime import canonical, default_device, get_device
-from plait.schedule.plan import attach, read, realize
+from plait.schedule.plan import attach, read, realize, record_upload
 
 Scalar = int | float | bool
 _LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
@@ -80,6 +80,7 @@ class Tensor:
         buf = dev.allocator.alloc(a.nbytes)
         if a.size:
             dev.allocator.copy_in(buf, a)
+            record_upload(buf, a)
         attach(node, buf)
         t = Tensor(node)
         if requires_grad:
