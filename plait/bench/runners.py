@@ -200,7 +200,7 @@ class TorchRunner(Runner):
 
 class PlaitRunner(Runner):
     """plait's own twin of the model (plait.nn), weights loaded from the PyTorch model's state_dict. Inference is a
-    plait.jit plan replayed on device-resident input; training builds the step lazily and runs it as plans."""
+    plait.jit plan replayed on device-resident input; training is a plait.compile_step replayed the same way."""
 
     def __init__(self, device: str, kernels: bool = False):
         self.device = device
@@ -247,29 +247,35 @@ class PlaitRunner(Runner):
             )
         model.train()
         freeze_dropout(model)
-        opt = plait.optim.SGD(model.parameters(), lr=case.lr)
-        loss_fn = plait.nn.CrossEntropyLoss()
+        step = self._train_step(model, case)
         x = plait.Tensor.from_numpy(case.x, device=self.device)
         y = plait.Tensor.from_numpy(case.y, device=self.device)
         _, probe = first_param(model)
 
-        def forward_backward() -> Any:
+        def check() -> list[np.ndarray]:
+            before = probe.numpy().copy()
+            loss = float(step(x, y).item())
+            return [np.array(loss, np.float32), probe.numpy() - before]
+
+        return Prepared(check, lambda: step(x, y))
+
+    def _train_step(self, model: Any, case: Case) -> Callable[[Any, Any], Any]:
+        """forward + cross-entropy + backward + SGD as a plait.compile_step (plait's public API for training loops):
+        the first call runs eagerly, the next two are traced, later calls replay the recorded kernels."""
+        import plait
+
+        opt = plait.optim.SGD(model.parameters(), lr=case.lr)
+        loss_fn = plait.nn.CrossEntropyLoss()
+
+        @plait.compile_step(device=self.device)
+        def train_step(x: Any, y: Any) -> Any:
             opt.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()
+            opt.step()
             return loss
 
-        def train() -> None:
-            forward_backward()
-            opt.step()
-
-        def check() -> list[np.ndarray]:
-            before = probe.numpy().copy()
-            loss = float(forward_backward().item())
-            opt.step()
-            return [np.array(loss, np.float32), probe.numpy() - before]
-
-        return Prepared(check, train)
+        return train_step  # type: ignore[no-any-return]
 
     def predictor(self, case: Case) -> Callable[[np.ndarray], np.ndarray]:
         import plait
@@ -283,15 +289,10 @@ class PlaitRunner(Runner):
 
         model = self._model(case).train()
         freeze_dropout(model)
-        opt = plait.optim.SGD(model.parameters(), lr=case.lr)
-        loss_fn = plait.nn.CrossEntropyLoss()
+        train_step = self._train_step(model, case)
 
         def step(x: np.ndarray, y: np.ndarray) -> None:
-            opt.zero_grad()
-            loss_fn(
-                model(plait.Tensor.from_numpy(x, device=self.device)), plait.Tensor.from_numpy(y, device=self.device)
-            ).backward()
-            opt.step()
+            train_step(x, y)
 
         compiled: list[Any] = []
 
