@@ -206,6 +206,11 @@ def capture() -> Iterator[Capture]:
         _CAPTURES.pop()
 
 
+def capturing() -> bool:
+    """Whether a step is being traced by plait.compile_step."""
+    return bool(_CAPTURES)
+
+
 def record_upload(buf: Buffer, arr: np.ndarray) -> None:
     """Note a host array copied into `buf` while a step is traced (replays check it stays the same)."""
     if _CAPTURES:
