@@ -8,12 +8,14 @@ the accumulator it is given by truncation, which over a long K drifts an order o
 the products of KS k8 steps start from zero and then join the running sum with an ordinary (round-to-nearest) FP32
 add. Global loads of the next K tile go to registers while the warps compute on the current one, and land in the
 second of two local buffers (one barrier per tile). For an implicit-convolution spec (`GemmSpec.conv`) the B tile
-is gathered from the image through the window as it loads (no im2col buffer).
+is gathered from the image through the window as it loads (no im2col buffer); each K tile's window taps (channel,
+row and column shift of each k) come from a small table in local memory that BK work-items fill a tile ahead, so
+a gathered element costs one broadcast local read and a bounds check instead of two divisions by constants.
 
 Knobs: BM x BN block tile, BK K tile, WM x WN per warp, WK warp groups splitting each K tile (few-tile products),
 KS k8 steps per FP32 add, FOLD=1 to run a batch of products sharing A as one product with the batch along the
-columns (late convolution layers, whose per-image width of 49 or 196 would waste most of a tile), MMA=0 for the
-portable twin.
+columns (late convolution layers, whose per-image width of 49 or 196 would waste most of a tile), GT=0 to gather
+without the k-table, MMA=0 for the portable twin.
 
 The same template has a portable twin (knob MMA=0, kernel kind GEMM3XTF32EMU) that computes each lane's
 accumulator elements of the same fragments with ordinary FMAs and an exact emulation of TF32 rounding, so the
@@ -30,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from plait.codegen.cstyle import RenderedKernel
-from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish, conv_gather
+from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish, conv_column, conv_gather, conv_wide
 from plait.errors import DeviceError, UnsupportedError
 
-TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 1}
+TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 1, "GT": 1}
 
 # TF32 rounding by integer ops (round to nearest, ties away, 10 mantissa bits: what cvt.rna.tf32 computes, but at
 # integer rate, where conversions run at a quarter of it). The residual goes to the tensor core unrounded: it reads
@@ -165,10 +167,12 @@ class _Operand:
         aligned: bool,
         nt: int,
         row: str = "",
-        gather: Callable[[str, str, str], tuple[str, str]] | None = None,
+        gather: Callable[[str, str, str, str], tuple[str, str]] | None = None,
+        table: bool = False,
     ):
         self.name, self.rows, self.size, self.bk = name, rows, size, bk
-        self.gather = gather  # (row, k, condition) -> (declarations, value): an implicit convolution's B
+        self.gather = gather  # (row, k0, k, condition) -> (declarations, value): an implicit convolution's B
+        self.table = table  # the gather reads its k positions from a table that also zeroes k >= K
         self.sr, self.sk = sr, sk
         self.row = row or f"(long)(ROW) * {sr}"  # address of row ROW (its k = 0 element)
         self.kmajor = sk == 1
@@ -202,10 +206,10 @@ class _Operand:
         for i in range(self.loads):
             guard = "" if self.exact or i < self.loads - 1 else f"if (tid + {i * self.nt} < {self.total}) "
             conds = [] if full_r else [f"{r0} + r < {self.size}"]
-            if not full_k:
+            if not full_k and not self.table:
                 conds.append(f"{k0} + k < K_")
             if self.gather is not None:
-                decls, value = self.gather(f"{r0} + r", f"{k0} + k", " && ".join(conds) or "1")
+                decls, value = self.gather(f"{r0} + r", k0, "k", " && ".join(conds) or "1")
                 lines.append(f"    {guard}{{ {self._coords(i)} {decls} {x}_reg[{i}] = {value}; }}")
                 continue
             addr = f"{self.row.replace('ROW', f'{r0} + r')} + (long)({k0} + k) * {self.sk}"
@@ -323,24 +327,71 @@ def check_knobs(kn: dict[str, int]) -> None:
         )
 
 
-def _b_operand(spec: GemmSpec, bn: int, bk: int, nt: int, fold: bool) -> tuple[_Operand, str]:
+# a k past K reads its window this far below the image, so the table's bounds check also zeroes it
+_FAR = 1 << 14
+
+
+def _table_fits(spec: GemmSpec) -> bool:
+    """True when the k-table's packed offsets (16 bits each way, _FAR for k >= K) hold this window."""
+    win = spec.conv
+    assert win is not None
+    reach = max(win.h + win.ph, win.w + win.pw, (win.kh - 1) * win.dh + 1, (win.kw - 1) * win.dw + 1)
+    return reach < _FAR // 2 and not conv_wide(spec)
+
+
+def _table_fill(spec: GemmSpec, bk: int, slot: str, k0: str) -> str:
+    """Statements filling k-table `slot` for the K tile at `k0`: per k, the image offset of its window tap
+    (channel plane, row, column) and its (row, column) shift packed in 16 bits each. The k decomposition (two
+    divisions by constants) then runs once per tile per k instead of once per gathered element."""
+    win = spec.conv
+    assert win is not None
+    taps, far = win.kh * win.kw, _FAR << 16 | _FAR
+    return f"""    if (tid < {bk}) {{
+      const int p_ = {k0} + tid, t_ = p_ % {taps}, dy_ = t_ / {win.kw} * {win.dh}, dx_ = t_ % {win.kw} * {win.dw};
+      ktab_[{slot}][tid] = p_ < {spec.k} ? (int2)(p_ / {taps} * {win.h * win.w} + dy_ * {win.w} + dx_, dy_ << 16 | dx_)
+                                       : (int2)(0, {far});
+    }}
+"""
+
+
+def _table_gather(spec: GemmSpec, fold: bool) -> Callable[[str, str, str, str], tuple[str, str]]:
+    """An implicit convolution's B element through the k-table `ktab` of the current tile (see `_table_fill`)."""
+    win = spec.conv
+    assert win is not None
+
+    def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
+        decls = (
+            f"{conv_column(spec, row, fold)} const int2 e_ = ktab[{k}];"
+            " const int iy_ = iy0_ + (e_.y >> 16), ix_ = ix0_ + (e_.y & 0xffff);"
+        )
+        inside = f"(uint)iy_ < {win.h}u && (uint)ix_ < {win.w}u"
+        return decls, f"({cond} && {inside}) ? b[o_ + iy0_ * {win.w} + ix0_ + e_.x] : 0.0f"
+
+    return gather
+
+
+def _b_operand(spec: GemmSpec, bn: int, bk: int, nt: int, fold: bool, table: bool = False) -> tuple[_Operand, str]:
     """B's tile loader and the linear index of output element (gm, gn) in C. With `fold` the batch runs along
-    the columns: column gn of the one wide product is column gn % n of batch gn / n."""
+    the columns: column gn of the one wide product is column gn % n of batch gn / n. With `table` an implicit
+    convolution gathers through the per-tile k-table."""
     m, n = spec.m, spec.n
     _, sbb, sbk, sbn = spec.b
     gather = None
     if spec.conv is not None:
+        if table:
+            gather = _table_gather(spec, fold)
+        else:
 
-        def gather(row: str, k: str, cond: str) -> tuple[str, str]:
-            return conv_gather(spec, k, row, cond, fold)
+            def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
+                return conv_gather(spec, f"{k0} + {k}", row, cond, fold)
 
     if not fold:
-        b = _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt, gather=gather)
+        b = _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt, gather=gather, table=table)
         return b, f"bz * {m * n}L + (long)gm * {n} + gn"
     if spec.a[1] or spec.a_inner:
         raise UnsupportedError(f"3xTF32 GEMM {spec}: FOLD=1 needs an A shared by every batch (batch stride 0)")
     if gather is not None:
-        b = _Operand("B", bn, spec.batch * n, bk, 0, 0, False, nt, gather=gather)
+        b = _Operand("B", bn, spec.batch * n, bk, 0, 0, False, nt, gather=gather, table=table)
         return b, f"(long)(gn / {n}) * {m * n} + (long)gm * {n} + gn % {n}"
     img, col = f"(long)((ROW) / {n})", f"(long)((ROW) % {n})"
     inner = spec.inner
@@ -382,11 +433,21 @@ def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue |
     _, _, sam, sak = spec.a
     a = _Operand("A", bm, m, bk, sam, sak, _aligned(spec, "a"), nt)
     fold = bool(kn.get("FOLD"))
-    b, c_at = _b_operand(spec, bn, bk, nt, fold)
+    table = spec.conv is not None and bool(kn["GT"]) and _table_fits(spec)
+    b, c_at = _b_operand(spec, bn, bk, nt, fold, table)
     full_m, full_n, full_k = m % bm == 0, b.size % bn == 0, k % bk == 0
     mi, ni = wm // 16, wn // 8
     stmts, res, params = _epi(r, epi, "acc[mi][ni][q]", c_at, "          ")
     kt, kw = -(-k // bk), bk // wk
+    # with a k-table, tile kt + 2's table is filled while tile kt + 1 is in flight (two slots, one barrier apart)
+    tab_decl, tab_first, tab_next, tab_cur = "", "", "", ""
+    if table:
+        tab_decl = f"  __local int2 ktab_[2][{bk}];\n"
+        tab_first = (
+            f"{_table_fill(spec, bk, '0', '0')}{_table_fill(spec, bk, '1', str(bk))}  barrier(CLK_LOCAL_MEM_FENCE);\n"
+        )
+        tab_next = f"    if (kt + 2 < {kt}) {{\n{_table_fill(spec, bk, 'kt & 1', f'(kt + 2) * {bk}')}    }}\n"
+        tab_cur = "    __local const int2* ktab = ktab_[{}];\n"
     src = f"""/* KERNEL_NAME */
 {_EMU_HELPERS if emu else _PTX_HELPERS}#define K_ {k}
 __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
@@ -395,16 +456,16 @@ __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__gl
   const int n0 = get_group_id(0) * {bn}, m0 = get_group_id(1) * {bm};
   const long bz = get_group_id(2);
 {_cl_operands(spec)}  __local float As_[2][{a.local_floats}], Bs_[2][{b.local_floats}];
-  float acc[{mi}][{ni}][4];
+{tab_decl}  float acc[{mi}][{ni}][4];
   for (int i = 0; i < {mi}; i++) for (int j = 0; j < {ni}; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-{a.regs()}{b.regs()}  {{
+{a.regs()}{b.regs()}{tab_first}  {{
     const int k0 = 0;
-{a.fetch("m0", "k0", full_m, full_k)}{b.fetch("n0", "k0", full_n, full_k)}{a.store("As_[0]")}{b.store("Bs_[0]")}  }}
+{tab_cur.format("0")}{a.fetch("m0", "k0", full_m, full_k)}{b.fetch("n0", "k0", full_n, full_k)}{a.store("As_[0]")}{b.store("Bs_[0]")}  }}
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int kt = 0; kt < {kt}; kt++) {{
     const int cur = kt & 1, k0 = (kt + 1) * {bk};
     if (kt + 1 < {kt}) {{
-{a.fetch("m0", "k0", full_m, full_k)}{b.fetch("n0", "k0", full_n, full_k)}    }}
+{tab_cur.format("cur ^ 1")}{a.fetch("m0", "k0", full_m, full_k)}{b.fetch("n0", "k0", full_n, full_k)}    }}
     __local const float* As = As_[cur];
     __local const float* Bs = Bs_[cur];
 #pragma unroll
@@ -412,7 +473,7 @@ __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__gl
 {_mma_step(mi, ni, ks, emu, a, b)}    }}
     if (kt + 1 < {kt}) {{
 {a.store("As_[cur ^ 1]")}{b.store("Bs_[cur ^ 1]")}    }}
-    barrier(CLK_LOCAL_MEM_FENCE);
+{tab_next}    barrier(CLK_LOCAL_MEM_FENCE);
   }}
 {_reduce_warps(wk, warps, mi, ni)}  if (wk == 0)
     for (int mi = 0; mi < {mi}; mi++)
@@ -432,8 +493,8 @@ __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__gl
 
 def local_bytes(knobs: dict[str, int]) -> int:
     """Local memory one work-group of this configuration uses at most (two buffers per operand, the larger of
-    the two layouts each)."""
+    the two layouts each, and a convolution's two k-table slots)."""
     kn = {**TC_DEFAULT, **knobs}
     bm, bn, bk = kn["BM"], kn["BN"], kn["BK"]
     per_operand = [max(rows * (bk + 4), bk * (rows + 8)) for rows in (bm, bn)]
-    return 2 * 4 * sum(per_operand) + 4 * (kn.get("WK", 1) - 1) * bm * bn
+    return 2 * 4 * sum(per_operand) + 4 * (kn.get("WK", 1) - 1) * bm * bn + 2 * 8 * bk  # the last: the k-table

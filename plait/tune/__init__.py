@@ -61,9 +61,12 @@ def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
 def _tc_heuristic(spec: Any) -> dict[str, int]:
     """Tensor-core tiles (from the sweeps of benchmarks/bench_gemm_tc.py on an H100): a batch of narrow products
     sharing A (late convolution layers) folds into one wide product when whole tiles would waste over 10% of their
-    columns; 64-row tiles for 64-row products; small tiles when big ones would leave the GPU idle."""
+    columns; 64-row tiles for 64-row products and where 128-row tiles would pad the rows by over 15% (alexnet's
+    192); small tiles when big ones would leave the GPU idle. Large products take 128x128 tiles of four 64x64 warp
+    tiles: 16-18% faster than eight 64x32 ones on vgg16's 256x3136x2304 and 512x784x4608 (H100 sweep, 2026-11-22),
+    and two such work-groups fit an SM, which also evens out a last partial wave."""
     shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0
-    fold = shared_a and -(-spec.n // 128) * 128 > 1.1 * spec.n
+    fold = shared_a and _padded(spec.n, 128) > 1.1 * spec.n
     cols, batches = (spec.batch * spec.n, 1) if fold else (spec.n, spec.batch)
     extra = {"FOLD": 1} if fold else {}
 
@@ -80,7 +83,14 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
         return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra}
     if spec.m >= 1024 and cols >= 1024 and spec.k >= 1024:
         return {"V": 3, "BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, **extra}
-    return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, **extra}
+    if _padded(spec.m, 128) > 1.15 * spec.m:
+        return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra}
+    return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64, **extra}
+
+
+def _padded(size: int, tile: int) -> int:
+    """`size` rounded up to whole tiles."""
+    return -(-size // tile) * tile
 
 
 def knobs_for(device: Device, kind: str, spec: Any) -> dict[str, int]:
@@ -138,15 +148,44 @@ GEMM_CANDIDATES = {
 }
 
 
-def candidates(device: Device) -> list[dict[str, int]]:
-    """The GEMM configurations worth timing on `device`: tensor-core ones only where the mma probe passed."""
+def candidates(device: Device, spec: Any = None) -> list[dict[str, int]]:
+    """The GEMM configurations worth timing on `device`: tensor-core ones only where the mma probe passed.
+
+    Given the product's `spec`, the tensor-core list is narrowed to what can win, so tuning a model stays within
+    its budget: the big tiles or the few-tile ones by the product's size, no tile padding the rows by half or
+    more, each also with the batch folded into the columns where per-image widths waste part of a tile, for a
+    convolution the heuristic's tiles without the k-table gather (GT=0), and none of the FP32 templates (a third
+    of the tensor cores' speed or less in every sweep)."""
     dialect = device.renderer.dialect
     if dialect == "opencl":
         from plait.codegen.gemm_tc import mma_tf32_unsupported
 
         if mma_tf32_unsupported(device) is None:
-            return GEMM_CANDIDATES["tc"] + GEMM_CANDIDATES["tc_small"] + GEMM_CANDIDATES["opencl"]
+            if spec is None:
+                return GEMM_CANDIDATES["tc"] + GEMM_CANDIDATES["tc_small"] + GEMM_CANDIDATES["opencl"]
+            return _tc_candidates(spec)
     return GEMM_CANDIDATES[dialect]
+
+
+def _tc_candidates(spec: Any) -> list[dict[str, int]]:
+    shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0
+
+    def blocks(tile: int) -> int:
+        return spec.batch * -(-spec.m // tile) * -(-spec.n // tile)
+
+    # the heuristic's size classes: few-tile products, a middle ground where either kind may win, large ones
+    if blocks(64) < 132:
+        pool = GEMM_CANDIDATES["tc_small"]
+    elif blocks(128) < 264:
+        pool = GEMM_CANDIDATES["tc"] + GEMM_CANDIDATES["tc_small"]
+    else:
+        pool = GEMM_CANDIDATES["tc"]
+    pool = [c for c in pool if _padded(spec.m, c["BM"]) < 1.5 * spec.m] or pool
+    if shared_a and _padded(spec.n, 64) > 1.03 * spec.n:
+        pool = pool + [{**c, "FOLD": 1} for c in pool]
+    if spec.conv is not None:  # the heuristic's tiles gathering without the k-table, to keep the table honest
+        pool = [*pool, {**_tc_heuristic(spec), "GT": 0}]
+    return pool
 
 
 def tune_gemm(device: Device, spec: Any, budget_s: float = 20.0) -> dict[str, int]:

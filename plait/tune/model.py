@@ -120,7 +120,7 @@ def tune_plan(
         out = plan.buffers[item.out.uid]
         bufs = [out] + [plan._buffer_of(n) for n in item.inputs]
         kernels = [(heuristic, base)]
-        for knobs in candidates(device):
+        for knobs in candidates(device, spec):
             if knobs == heuristic:
                 continue
             try:

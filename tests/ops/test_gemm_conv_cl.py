@@ -81,6 +81,8 @@ def test_kernels_gather_patches(device, geo):
     if spec.m >= 16:
         for mma in [0] if mma_tf32_unsupported(get_device(device)) else [0, 1]:
             configs += [{**SMALL, "MMA": mma}, {**SPLIT_K, "MMA": mma, "FOLD": int(groups == 1)}]
+            # the gather without the k-table (GT=0), folded and not
+            configs += [{**SMALL, "MMA": mma, "GT": 0}, {**SPLIT_K, "MMA": mma, "FOLD": int(groups == 1), "GT": 0}]
         configs += FP32 if geo == GEOMETRIES[0] else FP32[:1]
     for knobs in configs:
         got = _run(device, spec, knobs, wt, x).reshape(want.shape)

@@ -189,10 +189,35 @@ def test_bad_tiles_are_refused():
 )
 def test_heuristic_and_candidates_are_valid(batch, m, n, k):
     """Every configuration plans or tuning may pick is a runnable tile shape within 48 KB of local memory."""
-    from plait.tune import GEMM_CANDIDATES, _tc_heuristic
+    from plait.tune import GEMM_CANDIDATES, _tc_candidates, _tc_heuristic
 
     spec = GemmSpec(batch, m, n, k, (0, 0, k, 1), (0, k * n, n, 1))
-    for knobs in [_tc_heuristic(spec), *GEMM_CANDIDATES["tc"], *GEMM_CANDIDATES["tc_small"]]:
+    picks = [_tc_heuristic(spec), *_tc_candidates(spec)]
+    for knobs in [*picks, *GEMM_CANDIDATES["tc"], *GEMM_CANDIDATES["tc_small"]]:
         check_knobs({**TC_DEFAULT, **knobs})
         assert local_bytes(knobs) <= 48 * 1024, knobs
         assert gemm.render_opencl(spec, {**knobs, "MMA": 0}).name.startswith("GEMM3XTF32EMU_")
+
+
+def test_tuning_candidates_follow_the_product():
+    """Tuning times only what can win: few-tile products get the small tiles, large ones the big tiles, rows are
+    never padded by half, narrow per-image widths also try the batch folded into the columns, and a convolution
+    also tries the heuristic's tiles without the k-table."""
+    from plait.graph.ops.conv import Window
+    from plait.tune import GEMM_CANDIDATES, _tc_candidates, _tc_heuristic
+
+    def spec(batch: int, m: int, n: int, k: int, conv: Window | None = None) -> GemmSpec:
+        return GemmSpec(batch, m, n, k, (0, 0, k, 1), (0, k * n, n, 1), conv=conv)
+
+    assert _tc_candidates(spec(1, 512, 49, 4608)) == GEMM_CANDIDATES["tc_small"]
+    big = _tc_candidates(spec(64, 256, 3136, 2304))
+    assert big == GEMM_CANDIDATES["tc"]
+    assert _tc_heuristic(spec(64, 256, 3136, 2304)) == {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
+    # alexnet's 192 rows: 128-row tiles would pad them by a third, so the heuristic takes 64-row tiles
+    assert _tc_heuristic(spec(64, 192, 729, 1600))["BM"] == 64
+    assert all(c["BM"] <= 64 for c in _tc_candidates(spec(64, 64, 3136, 576)))
+    folded = _tc_candidates(spec(64, 512, 196, 4608))
+    assert len(folded) == 2 * len({str(c) for c in folded if "FOLD" not in c}) and any(c.get("FOLD") for c in folded)
+    win = Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1)
+    conv = spec(64, 256, 3136, 2304, win)
+    assert _tc_candidates(conv)[-1] == {**_tc_heuristic(conv), "GT": 0}
