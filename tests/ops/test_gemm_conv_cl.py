@@ -24,6 +24,7 @@ CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
 SMALL = {"V": 3, "BM": 32, "BN": 32, "BK": 8, "WM": 16, "WN": 16}
 WIDE = {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32}  # the plans' tiles
 SPLIT_K = {**SMALL, "BK": 32, "WK": 2}
+BIG = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
 FP32 = [{}, {"TSM": 32, "TSN": 32, "TSK": 16, "WPTM": 2, "WPTN": 2}, {"V": 2, "TSK": 8}]
 
 GEOMETRIES = [  # n, c, h, w, co, kh, kw, stride, padding, dilation, groups
@@ -84,6 +85,8 @@ def test_kernels_gather_patches(device, geo):
             # the gather without the k-table (GT=0), folded and not
             configs += [{**SMALL, "MMA": mma, "GT": 0}, {**SPLIT_K, "MMA": mma, "FOLD": int(groups == 1), "GT": 0}]
         configs += FP32 if geo == GEOMETRIES[0] else FP32[:1]
+        if geo == GEOMETRIES[0]:  # the heuristic's tiles for large products (four 64x64 warp tiles), folded or not
+            configs += [{**BIG, "MMA": 0}, {**BIG, "MMA": 0, "FOLD": 1}]
     for knobs in configs:
         got = _run(device, spec, knobs, wt, x).reshape(want.shape)
         err = float(np.abs(got - want64).max() / np.abs(want64).max())
