@@ -25,6 +25,7 @@ from plait.frontends.native.tensor import Tensor, cat, where
 from plait.graph.autodiff import grad_enabled, no_grad
 from plait.graph.ops import indexing
 from plait.graph.ops.conv import Window, im2col
+from plait.schedule.plan import capturing
 
 IntPair = int | Sequence[int]
 
@@ -624,7 +625,8 @@ def embedding(
     if weight.ndim != 2:
         raise ShapeError(f"embedding: weight must be (num_embeddings, embedding_dim), got {weight.shape}")
     v = weight.shape[0]
-    if input.node.buffer is not None and input.numel():  # a plait.jit input placeholder has no values yet
+    # a plait.jit input placeholder has no values yet; a step traced by plait.compile_step must not read them back
+    if input.node.buffer is not None and input.numel() and not capturing():
         idx = input.numpy()
         if idx.min() < 0 or idx.max() >= v:
             raise ShapeError(

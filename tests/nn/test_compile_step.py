@@ -242,3 +242,40 @@ def test_changing_a_compiled_hyper_parameter_is_refused() -> None:
     po.param_groups[0]["momentum"] = 0.5
     with pytest.raises(plait.TraceError, match="other than lr changed"):
         step(*batches[4])
+
+
+class _TorchGRUNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.gru = torch.nn.GRU(4, 5, batch_first=True)
+        self.fc = torch.nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.gru(self.emb(x))[0][:, -1])
+
+
+class _PlaitGRUNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.gru = nn.GRU(4, 5, batch_first=True)
+        self.fc = nn.Linear(5, 3)
+
+    def forward(self, x: plait.Tensor) -> plait.Tensor:
+        return self.fc(self.gru(self.emb(x))[0][:, -1])
+
+
+def test_replayed_recurrent_step_matches_torch() -> None:
+    torch.manual_seed(0)
+    t = _TorchGRUNet()
+    p = _PlaitGRUNet()
+    p.load_state_dict(t.state_dict())
+    po, to = plait.optim.Adam(p.parameters(), lr=0.01), torch.optim.Adam(t.parameters(), lr=0.01)
+    step, ref = _plait_step(p, po), _torch_step(t, to)
+    rng = np.random.default_rng(2)
+    for _ in range(STEPS):
+        x, y = rng.integers(0, 10, (3, 5)), rng.integers(0, 3, 3)
+        np.testing.assert_allclose(step(x, y).item(), ref(x, y), rtol=1e-5)
+    assert _replays(step) == 1
+    _assert_same_state(p, t)
