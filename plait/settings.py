@@ -31,6 +31,13 @@ REGISTRY: dict[str, Setting] = {
         Setting("PLAIT_CACHE_DIR", str, "", "kernel cache folder; empty: the user cache dir from platformdirs"),
         Setting("PLAIT_CC", str, "", "C compiler for the cpu device; empty: cc, gcc or clang, whichever exists"),
         Setting("PLAIT_NUM_THREADS", int, 0, "threads for the cpu device; 0: all cores"),
+        Setting(
+            "PLAIT_WINOGRAD",
+            str,
+            "auto",
+            "cpu 3x3 convolutions: 'auto' (Winograd where measured to win), 'off' (always the implicit GEMM; exact to"
+            " FP32 rounding of a direct sum), '2' or '4' (Winograd F(2,3) / F(4,3) wherever it applies)",
+        ),
         Setting("PLAIT_HYPOTHESIS_EXAMPLES", int, 25, "examples per hypothesis test"),
     )
 }

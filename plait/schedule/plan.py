@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from plait import settings
-from plait.codegen import gemm
+from plait.codegen import gemm, winograd_c
 from plait.codegen.cstyle import RenderedKernel
 from plait.errors import CompileError, PlaitError, TraceError
 from plait.graph.node import Node, toposort
@@ -37,6 +37,13 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
             epi = gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
         render_fn = gemm.render_c if r.dialect == "c" else gemm.render_opencl
         return render_fn(item.gemm, knobs, r, epi)
+    if item.kind == "winograd":
+        epi = (
+            gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
+            if "extra" in item.extra
+            else None
+        )
+        return winograd_c.render(item.extra["winograd"], r, epi)
     if item.kind in ("custom", "contract"):
         kernel = OPS[item.out.op].kernel
         assert kernel is not None
@@ -98,6 +105,7 @@ class Plan:
             self.device.renderer.__dict__.get("split_parts", 256 if self.device.renderer.dialect == "opencl" else 16),
             implicit_conv=getattr(self.device.renderer, "implicit_conv", False),
             split_k=getattr(self.device.renderer, "split_k", False),
+            winograd=self.device.renderer.dialect == "c",
         )
         self.kernels: list[RenderedKernel] = []
         self.launches: list[Any] = []
@@ -113,11 +121,17 @@ class Plan:
             _dump(k)
             pending.append((k, [out_buf] + [self._buffer_of(n) for n in item.inputs]))
         built = [i for i in self.items if i.kind != "alias" and i.out.size]  # the items `pending` holds kernels of
-        self.launched = built  # the item behind each launch, in launch order (for kernel reports)
+        # a plan with inputs keeps its leaf buffers bound: work on constants alone (Winograd weight transforms of
+        # model parameters) runs once, here, instead of on every replay
+        once = [inputs is not None and bool(i.extra.get("constant")) for i in built]
+        self.launched = [i for i, o in zip(built, once, strict=True) if not o]  # the item behind each launch
         programs = _compile(self.device, [k for k, _ in pending], built)
         self.programs: dict[int, tuple[Any, RenderedKernel]] = {}  # item out uid -> (program, kernel) for replays
         self.bound: list[Launch] = []  # what each launch runs on, for step capture
-        for (k, bufs), prog in zip(pending, programs, strict=True):
+        for (k, bufs), prog, o in zip(pending, programs, once, strict=True):
+            if o:
+                prog.bind(bufs, k.global_size, k.local_size)()
+                continue
             self.kernels.append(k)
             self.launches.append(prog.bind(bufs, k.global_size, k.local_size))
             self.bound.append(Launch(prog, k, bufs))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plait import dtypes
+from plait.codegen import winograd_c
 from plait.codegen.expr import strides_of
 from plait.codegen.gemm import GemmSpec
 from plait.graph.node import Node, toposort
@@ -16,6 +17,7 @@ from plait.graph.ops.conv import Window
 from plait.graph.ops.matmul import matmul
 from plait.graph.ops.movement import permute, reshape
 from plait.graph.ops.reduce import reduce
+from plait.graph.ops.winograd import winograd_weight
 
 MAX_INLINE_COST = 160  # beyond this a shared subexpression is cheaper to store than to recompute
 SHARED_INLINE_COST = 12
@@ -194,10 +196,13 @@ def _implicit_conv(
     return a, image, conv
 
 
-def schedule(outputs: list[Node], split_parts: int, implicit_conv: bool = False, split_k: bool = False) -> list[Item]:
+def schedule(
+    outputs: list[Node], split_parts: int, implicit_conv: bool = False, split_k: bool = False, winograd: bool = False
+) -> list[Item]:
     """Kernel items for `outputs`. With `implicit_conv` (devices whose GEMM can gather patches itself), a GEMM
     that is the only reader of an im2col reads the image directly and the patch buffer is never made. With
-    `split_k` (devices with many cores and no other way to fill them), few-tile products split their K."""
+    `split_k` (devices with many cores and no other way to fill them), few-tile products split their K. With
+    `winograd` (the C device), 3x3 stride-1 implicit convolutions where Winograd's algorithm wins run with it."""
     order = toposort(outputs)
     if _split_reductions(order, split_parts):
         order = toposort(outputs)
@@ -242,7 +247,25 @@ def schedule(outputs: list[Node], split_parts: int, implicit_conv: bool = False,
         inputs = _boundary(n.srcs, realize)
         k = kind(n)
         items.append(Item(n, inputs, k if k in ("reduce", "custom", "contract") else "elementwise"))
-    return _fuse_epilogues(items, users, {n.uid for n in outputs})
+    items = _fuse_epilogues(items, users, {n.uid for n in outputs})
+    return _winograd(items) if winograd else items
+
+
+def _winograd(items: list[Item]) -> list[Item]:
+    """Replace each convolution GEMM that `winograd_c.pick` chooses by a weight transform and a Winograd kernel
+    (which keeps the GEMM's fused epilogue). A transform of a weight that is a buffer of its own (a model
+    parameter, an ONNX initializer) is marked `constant`: a plan runs it once when it is built, not per replay."""
+    out: list[Item] = []
+    for it in items:
+        plan = winograd_c.pick(it.gemm) if it.kind == "gemm" and it.gemm is not None else None
+        if plan is None:
+            out.append(it)
+            continue
+        weight = it.inputs[0]
+        u = winograd_weight(weight, plan)
+        out.append(Item(u, [weight], "custom", extra={"constant": weight.buffer is not None}))
+        out.append(Item(it.out, [u, *it.inputs[1:]], "winograd", gemm=it.gemm, extra={**it.extra, "winograd": plan}))
+    return out
 
 
 def _fuse_epilogues(items: list[Item], users: dict[int, int], outputs: set[int]) -> list[Item]:

@@ -1,0 +1,457 @@
+"""Winograd convolution for the C device: 3x3, stride-1 convolutions with fewer multiplies than the implicit GEMM.
+
+F(m, 3) computes an m x m output tile from an (m+2) x (m+2) input tile with (m+2)^2 products per channel pair instead
+of 9 m^2 (F(4, 3): 36 instead of 144, a 4x cut; F(2, 3): 16 instead of 36, 2.25x). Per block of tiles the kernel
+transforms the input tiles of every channel (V = B^T d B, laid out as the GEMM library's packed panels), runs
+(m+2)^2 products of the transformed weights U[xi] (K x C, prepared once by a separate kernel) with V[xi], and turns
+each channel row block back into output tiles (Y = A^T M A) followed by the GEMM epilogue (bias, BN, ReLU,
+residual) while the tiles are in cache. The product loop is the C GEMM's register-tiled micro-kernel
+(gemm_c.py), so the multiplies run at the same rate as the implicit GEMM's; what Winograd adds is transform work
+and memory traffic (U is (m+2)^2 / 9 times the weight), which is why `pick` uses it only for layers where it was
+measured to win.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from plait import settings
+from plait.codegen import gemm, gemm_c
+from plait.codegen.cstyle import RenderedKernel
+from plait.errors import PlaitError
+
+_Mat = tuple[tuple[Fraction, ...], ...]
+
+
+def _mat(rows: list[list[Any]]) -> _Mat:
+    return tuple(tuple(Fraction(v) for v in row) for row in rows)
+
+
+# Lavin & Gray's transforms, interpolation points 0, +-1, (+-2,) infinity: y = A^T [(G g) * (B^T d)] for a 1-D
+# correlation of an (m+2)-long input d with a 3-tap filter g; the 2-D form nests it over rows and columns.
+TRANSFORMS: dict[int, tuple[_Mat, _Mat, _Mat]] = {
+    2: (
+        _mat([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),
+        _mat([[1, 0, 0], ["1/2", "1/2", "1/2"], ["1/2", "-1/2", "1/2"], [0, 0, 1]]),
+        _mat([[1, 1, 1, 0], [0, 1, -1, -1]]),
+    ),
+    4: (
+        _mat(
+            [
+                [4, 0, -5, 0, 1, 0],
+                [0, -4, -4, 1, 1, 0],
+                [0, 4, -4, -1, 1, 0],
+                [0, -2, -1, 2, 1, 0],
+                [0, 2, -1, -2, 1, 0],
+                [0, 4, 0, -5, 0, 1],
+            ]
+        ),
+        _mat(
+            [
+                ["1/4", 0, 0],
+                ["-1/6", "-1/6", "-1/6"],
+                ["-1/6", "1/6", "-1/6"],
+                ["1/24", "1/12", "1/6"],
+                ["1/24", "-1/12", "1/6"],
+                [0, 0, 1],
+            ]
+        ),
+        _mat([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
+    ),
+}
+
+V_BUDGET = 8 << 20  # bytes of transformed input tiles held at once (a chunk of tile blocks)
+TARGET_TILES = 128  # most tiles per block: their transformed inputs (one panel row per channel) stay in L2
+MIN_CHANNELS = 32  # fewer input or output channels stay on the implicit GEMM
+MIN_TILES = 16  # fewest output tiles (one vector of tile columns) for a Winograd tile size
+U_CACHED = 1 << 20  # bytes of transformed weights that stay in L2 from one tile block to the next
+
+
+@dataclass(frozen=True)
+class WinogradPlan:
+    """How one convolution runs: tile size m, register tile (mr, nv), tile rows per block, and the geometry (batch n,
+    channels c in, k out with kp = k rounded up to mr, image h x w, output oh x ow, padding) plus the weight view
+    (offset, row stride, tap stride) that the weight transform reads."""
+
+    m: int
+    mr: int
+    nv: int
+    rpb: int
+    n: int
+    c: int
+    k: int
+    h: int
+    w: int
+    oh: int
+    ow: int
+    ph: int
+    pw: int
+    w_view: tuple[int, int, int]
+
+    @property
+    def alpha(self) -> int:
+        return self.m + 2
+
+    @property
+    def kp(self) -> int:
+        return -(-self.k // self.mr) * self.mr
+
+    @property
+    def th(self) -> int:
+        return -(-self.oh // self.m)
+
+    @property
+    def tw(self) -> int:
+        return -(-self.ow // self.m)
+
+    @property
+    def tbp(self) -> int:
+        """Tile columns of a block, padded to whole panels of the micro-kernel's width."""
+        nr = self.nv * gemm_c.VW
+        return -(-self.rpb * self.tw // nr) * nr
+
+    @property
+    def u_shape(self) -> tuple[int, int, int]:
+        return (self.alpha * self.alpha, self.kp, self.c)
+
+
+def eligible(spec: Any) -> bool:
+    """True when `spec` (a GemmSpec) is an implicit-GEMM convolution Winograd can run: 3x3 taps, stride 1, no
+    dilation, one group, a weight shared by every image and read as (K, C*9) rows."""
+    win = spec.conv
+    if (
+        win is None
+        or getattr(win, "fold", False)
+        or (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) != (3, 3, 1, 1, 1, 1)
+    ):
+        return False
+    _, sab, sam, sak = spec.a
+    return (
+        spec.batch == win.n
+        and spec.k == win.c * 9
+        and sab == 0
+        and spec.a_inner == 0
+        and sak == 1
+        and sam >= spec.k
+        and win.ph <= 2
+        and win.pw <= 2
+    )
+
+
+def _tile_m(spec: Any) -> int | None:
+    """The Winograd tile size for an eligible convolution, from the per-layer measurements recorded in
+    docs/benchmarks.md ("CPU: Winograd for 3x3 convolutions"), or the PLAIT_WINOGRAD setting when it forces one."""
+    mode = settings.get("PLAIT_WINOGRAD")
+    if mode == "off":
+        return None
+    if mode in ("2", "4"):
+        return int(mode)
+    if mode != "auto":
+        raise PlaitError(f"PLAIT_WINOGRAD={mode!r} is not one of auto, off, 2, 4")
+    win = spec.conv
+    if win.c < MIN_CHANNELS or spec.m < MIN_CHANNELS:
+        return None  # few channels: the transforms cost about as much as the multiplies they save
+    tiles = {m: win.n * -(-win.oh // m) * -(-win.ow // m) for m in (2, 4)}
+    # F(4, 3) wins wherever a block has enough tiles to share U (4x the weight) over; 7x7 outputs at batch 1 have
+    # 4 tiles (padded to a 16-wide panel), so they take F(2, 3)'s 16 tiles, and fewer still stay on the GEMM
+    if tiles[4] >= MIN_TILES:
+        return 4
+    if tiles[2] >= MIN_TILES:
+        return 2
+    return None
+
+
+def pick(spec: Any) -> WinogradPlan | None:
+    """A Winograd plan for the convolution GEMM `spec`, or None where the implicit GEMM is the better choice."""
+    if not eligible(spec):
+        return None
+    m = _tile_m(spec)
+    if m is None:
+        return None
+    win = spec.conv
+    k, c = spec.m, win.c
+    tw, rows = -(-win.ow // m), win.n * -(-win.oh // m)
+    best: tuple[float, int, int, int] | None = None
+    for mr, nv in gemm_c.TILES:
+        nr, kp = nv * gemm_c.VW, -(-k // mr) * mr
+        # a block re-reads all of U: beyond what stays in L2 next to V, streaming it costs about 6/tiles of the
+        # block's product time (L3 bandwidth against the micro-kernel's rate, measured on the 2-core Xeon)
+        streamed = (m + 2) ** 2 * kp * c * 4 > U_CACHED
+        for rpb in range(1, rows + 1):
+            if rpb > 1 and rpb * tw > TARGET_TILES:
+                break
+            blocks = -(-rows // rpb)
+            last = rows - (blocks - 1) * rpb
+            cols = (blocks - 1) * -(-rpb * tw // nr) * nr + -(-last * tw // nr) * nr
+            # padded product work plus U traffic; then the 24-row tile (fewest loads per multiply-add)
+            cost = (cols * kp + (6 * blocks * kp if streamed else 0)) * (1.0 if mr == 24 else 1.02)
+            if best is None or cost < best[0]:
+                best = (cost, mr, nv, rpb)
+    assert best is not None
+    _, mr, nv, rpb = best
+    ao, _, sam, sak = spec.a
+    return WinogradPlan(m, mr, nv, rpb, win.n, c, k, win.h, win.w, win.oh, win.ow, win.ph, win.pw, (ao, sam, sak))
+
+
+def _lit(f: Fraction) -> str:
+    return f"{float(f)!r}f"
+
+
+def _lin(coeffs: tuple[Fraction, ...], terms: list[str]) -> str:
+    """The C expression sum(coeffs[i] * terms[i]) with unit coefficients as plain adds and subtractions."""
+    out = ""
+    for cf, t in zip(coeffs, terms, strict=True):
+        if cf == 0:
+            continue
+        if cf == 1:
+            out += f" + {t}"
+        elif cf == -1:
+            out += f" - {t}"
+        else:
+            out += f" + {_lit(cf)} * {t}"
+    out = out.removeprefix(" + ")
+    return f"({out})" if out else "0.0f"
+
+
+def _sandwich(
+    mat: _Mat, src: list[list[str]], tmp: str, indent: str, ctype: str = "float"
+) -> tuple[list[str], list[list[str]]]:
+    """Statements computing mat @ src @ mat^T (src a q x q grid of C expressions of type `ctype`) and the p x p
+    result names."""
+    p, q = len(mat), len(mat[0])
+    lines = []
+    for a in range(p):
+        for v in range(q):
+            lines.append(f"{indent}{ctype} {tmp}r{a}_{v} = {_lin(mat[a], [src[u][v] for u in range(q)])};")
+    out = [[f"{tmp}{a}_{b}" for b in range(p)] for a in range(p)]
+    for a in range(p):
+        for b in range(p):
+            lines.append(f"{indent}{ctype} {out[a][b]} = {_lin(mat[b], [f'{tmp}r{a}_{v}' for v in range(q)])};")
+    return lines, out
+
+
+def _transforms(m: int) -> str:
+    """The input and output tile transforms for F(m, 3), in explicit 16-wide vectors over the tiles of a block (the
+    block's tile columns are padded to whole panels, so every vector is full)."""
+    bt, _, at = TRANSFORMS[m]
+    al, v16 = m + 2, "plait_v16"
+    src_in = [[f"*(const {v16}*)(P + {u * al + v} * tbp + j)" for v in range(al)] for u in range(al)]
+    lines_in, v_out = _sandwich(bt, src_in, "t", "    ", v16)
+    stores_in = [f"    *({v16}*)(d + {a * al + b} * xs) = {v_out[a][b]};" for a in range(al) for b in range(al)]
+    src_out = [[f"*(const {v16}*)(mb + {u * al + v} * ms + j)" for v in range(al)] for u in range(al)]
+    lines_out, y_out = _sandwich(at, src_out, "o", "      ", v16)
+    stores_out = [f"      *({v16}*)(O + {a * m + b} * tbp + j) = {y_out[a][b]};" for a in range(m) for b in range(m)]
+    body_in = "\n".join(lines_in + stores_in)
+    body_out = "\n".join(lines_out + stores_out)
+    return f"""//@shared-begin plait_wino_f{m}
+/* Input tiles of channel c for tile rows [r0, r1) (row R = image R / th, tile row R % th) into the block's
+   panels: tile j of the block is panel column j % nr of panel j / nr, element xi of the tile at stride xs. */
+__attribute__((noinline)) static void plait_wino_in_f{m}(const float* x, const plait_wino_geo* g, long r0, long r1,
+                                                        int c, float* V, int nr) {{
+  int tw = g->tw, tbp = g->tbp, wp = tw * {m} + 2, tiles = (int)(r1 - r0) * tw, used = (tiles + nr - 1) / nr * nr;
+  long xs = (long)(tbp / nr) * g->c * nr;
+  float P[{al * al} * tbp], rb[{al} * wp];
+  for (long R = r0; R < r1; R++) {{
+    int n = (int)(R / g->th), ty = (int)(R % g->th), jb = (int)(R - r0) * tw;
+    const float* xc = x + ((long)n * g->c + c) * g->h * g->w;
+    /* the tile row's input rows, zero-padded (row q holds input column q - pw), then each tile element (u, v)
+       gathered into a run over the tiles: unconditional strided copies */
+    for (int u = 0; u < {al}; u++) {{
+      int iy = ty * {m} - g->ph + u;
+      float* row = rb + u * wp;
+      if (iy < 0 || iy >= g->h) {{
+        memset(row, 0, sizeof(float) * wp);
+        continue;
+      }}
+      memset(row, 0, sizeof(float) * g->pw);
+      memcpy(row + g->pw, xc + (long)iy * g->w, sizeof(float) * g->w);
+      memset(row + g->pw + g->w, 0, sizeof(float) * (wp - g->pw - g->w));
+    }}
+    for (int u = 0; u < {al}; u++)
+      for (int v = 0; v < {al}; v++) {{
+        float* restrict p = P + (u * {al} + v) * tbp + jb;
+        const float* restrict src = rb + u * wp + v;
+        for (int tx = 0; tx < tw; tx++) p[tx] = src[tx * {m}];
+      }}
+  }}
+  /* columns past the block's last tile are zeros, so the products there stay finite */
+  for (int e = 0; e < {al * al}; e++)
+    for (int j = tiles; j < used; j++) P[e * tbp + j] = 0.0f;
+  for (int j = 0; j < used; j += 16) {{
+    float* d = V + ((long)(j / nr) * g->c + c) * nr + j % nr;
+{body_in}
+  }}
+}}
+
+/* Output tiles of `rows` channels from k0 (products mb[xi][i][j], j a tile of the block) into Y, through the
+   scratch O (m*m x tbp). */
+__attribute__((noinline)) static void plait_wino_out_f{m}(const float* Mb, int mr, int rows, long r0, long r1,
+                                                         const plait_wino_geo* g, float* Y, int k0, float* O) {{
+  int tw = g->tw, tbp = g->tbp, used = ((int)(r1 - r0) * tw + 15) / 16 * 16;
+  long ms = (long)mr * tbp;
+  for (int i = 0; i < rows; i++) {{
+    const float* mb = Mb + (long)i * tbp;
+    for (int j = 0; j < used; j += 16) {{
+{body_out}
+    }}
+    for (long R = r0; R < r1; R++) {{
+      int n = (int)(R / g->th), ty = (int)(R % g->th), jb = (int)(R - r0) * tw;
+      float* yc = Y + ((long)n * g->k + k0 + i) * g->oh * g->ow;
+      for (int r = 0; r < {m} && ty * {m} + r < g->oh; r++) {{
+        float* yr = yc + (long)(ty * {m} + r) * g->ow;
+        const float* o = O + r * {m} * tbp + jb;
+        for (int tx = 0; tx < tw; tx++)
+          for (int s = 0; s < {m} && tx * {m} + s < g->ow; s++) yr[tx * {m} + s] = o[s * tbp + tx];
+      }}
+    }}
+  }}
+}}
+//@shared-end
+"""
+
+
+_GEO = """//@shared-begin plait_wino_geo
+/* A Winograd convolution's geometry: channels in and out (kp: out rounded up to the register tile), image, output,
+   padding, tile rows and columns per image, tile rows per block and tile columns per block (padded to panels). */
+typedef struct { int c, k, kp, h, w, oh, ow, ph, pw, th, tw, rpb, tbp; } plait_wino_geo;
+//@shared-end
+"""
+
+
+def _driver(m: int, mr: int, nv: int) -> str:
+    """Blocks of tile rows: per chunk of blocks, one parallel pass transforms the input tiles (one task per block and
+    channel), a second runs the products, output transform and epilogue (one task per block and row tile)."""
+    al2, nr, t = (m + 2) ** 2, nv * gemm_c.VW, f"{mr}x{nv}"
+    return f"""//@shared-begin plait_wino_f{m}_{t}
+static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float* X, const float* U, float* Y,
+                              plait_epi_fn epi, void* const* extra) {{
+  long rows_all = (long)images * g->th;
+  int rpb = g->rpb, tbp = g->tbp, panels = tbp / {nr}, groups = g->kp / {mr};
+  long blocks = (rows_all + rpb - 1) / rpb, vblock = {al2}L * panels * g->c * {nr};
+  long chunk = {V_BUDGET}L / (vblock * (long)sizeof(float));
+  if (chunk < 1) chunk = 1;
+  if (chunk > blocks) chunk = blocks;
+  float* V = plait_shared_scratch((size_t)(chunk * vblock));
+  for (long b0 = 0; b0 < blocks; b0 += chunk) {{
+    long nb = blocks - b0 < chunk ? blocks - b0 : chunk;
+#pragma omp parallel
+    {{
+#pragma omp for schedule(static)
+      for (long t = 0; t < nb * g->c; t++) {{
+        long r0 = (b0 + t / g->c) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
+        plait_wino_in_f{m}(X, g, r0, r1, (int)(t % g->c), V + t / g->c * vblock, {nr});
+      }}
+#pragma omp for schedule(dynamic, 1)
+      for (long t = 0; t < nb * groups; t++) {{
+        long r0 = (b0 + t / groups) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
+        int k0 = (int)(t % groups) * {mr}, rows = g->k - k0 < {mr} ? g->k - k0 : {mr};
+        const float* vb = V + t / groups * vblock;
+        float* mb = plait_scratch((size_t){al2 * mr} * tbp + (size_t){m * m} * tbp);
+        int used = (int)(((r1 - r0) * g->tw + {nr - 1}) / {nr});
+        for (int xi = 0; xi < {al2}; xi++)
+          for (int p = 0; p < used; p++)
+            plait_micro_{t}(g->c, U + ((long)xi * g->kp + k0) * g->c, g->c, vb + ((long)xi * panels + p) * g->c * {nr},
+                            mb + (long)xi * {mr} * tbp + p * {nr}, tbp, 1, {mr}, {nr}, 0);
+        plait_wino_out_f{m}(mb, {mr}, rows, r0, r1, g, Y, k0, mb + (long){al2 * mr} * tbp);
+        /* the epilogue runs on each image's rows of finished output, a contiguous run of every channel plane */
+        for (long R = r0; epi && R < r1;) {{
+          long n = R / g->th, end = (n + 1) * g->th < r1 ? (n + 1) * g->th : r1;
+          int y0 = (int)(R % g->th) * {m}, y1 = (int)((end - 1) % g->th + 1) * {m};
+          if (y1 > g->oh) y1 = g->oh;
+          epi(Y + n * g->k * g->oh * g->ow, n, k0, y0 * g->ow, rows, (y1 - y0) * g->ow, extra);
+          R = end;
+        }}
+      }}
+    }}
+  }}
+}}
+//@shared-end
+"""
+
+
+def _geo(p: WinogradPlan) -> str:
+    return f"{p.c}, {p.k}, {p.kp}, {p.h}, {p.w}, {p.oh}, {p.ow}, {p.ph}, {p.pw}, {p.th}, {p.tw}, {p.rpb}, {p.tbp}"
+
+
+def library(p: WinogradPlan) -> str:
+    """The shared C code a Winograd kernel calls: the GEMM library (micro-kernel, scratch buffers), the tile
+    transforms for F(m, 3) and the driver for its register tile."""
+    return gemm_c.library(p.mr, p.nv) + _GEO + _transforms(p.m) + _driver(p.m, p.mr, p.nv)
+
+
+def _epilogue(p: WinogradPlan, r: Any, epi: Any) -> tuple[str, str, str, str, str]:
+    """(function source, function name, extra-array argument, its declaration, kernel parameters) of the epilogue
+    `epi` (a gemm.Epilogue) over output rows (channels) i0.. and columns (output positions) j0.. of image bz: the
+    same row-pass the C GEMM runs on its finished tiles."""
+    if epi is None:
+        return "", "0", "0", "", ""
+    n = p.oh * p.ow
+    narrow = p.n * p.k * n < 2**31
+    index = (
+        f"(int)bz * {p.k * n} + (i0 + i) * {n} + j0 + j"
+        if narrow
+        else f"bz * {p.k * n}L + (long)(i0 + i) * {n} + j0 + j"
+    )
+    coords = gemm._tile_coords(epi.root.shape, p.n, p.k, n)
+    stmts, res, params = gemm._epi(r, epi, "v", index, "      ", "int" if narrow else "long", coords)
+    loads = "".join(
+        f"  const {r.storage_type(x.dtype)}* restrict e{i} = extra[{i}];\n" for i, x in enumerate(epi.extra)
+    )
+    fn = f"""static void epi_KERNEL_NAME(float* restrict c, long bz, int i0, int j0, int mr, int nr, void* const* extra) {{
+{loads}  for (int i = 0; i < mr; i++) {{
+#pragma omp simd
+    for (int j = 0; j < nr; j++) {{
+      float v = c[(long)(i0 + i) * {n} + j0 + j];
+{stmts}      c[(long)(i0 + i) * {n} + j0 + j] = {res};
+    }}
+  }}
+}}
+"""
+    holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(epi.extra))) or '0'}}};\n"
+    return fn, "epi_KERNEL_NAME", "extra", holder, params
+
+
+def render(p: WinogradPlan, r: Any, epi: Any = None) -> RenderedKernel:
+    """The convolution kernel C = conv(B, U) (U the transformed weight) followed by `epi`, a gemm.Epilogue."""
+    epi_src, epi_fn, extra, holder, params = _epilogue(p, r, epi)
+    src = f"""{library(p)}/* KERNEL_NAME */
+{epi_src}void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
+{holder}  static const plait_wino_geo geo = {{{_geo(p)}}};
+  plait_wino_f{p.m}_{p.mr}x{p.nv}(&geo, {p.n}, B, A, C, {epi_fn}, {extra});
+}}
+"""
+    return _named(f"WINO{p.m}_{p.n}x{p.k}x{p.oh * p.ow}x{p.c * 9}", src)
+
+
+def render_weight(p: WinogradPlan) -> RenderedKernel:
+    """The weight transform U[xi][k][c] = (G w[k, c] G^T)[xi] (rows k >= K zero), from the (K, C*9) weight view."""
+    _, g, _ = TRANSFORMS[p.m]
+    al = p.alpha
+    ao, sam, sak = p.w_view
+    src = [[f"w[{(u * 3 + v) * sak}]" for v in range(3)] for u in range(3)]
+    lines, out = _sandwich(g, src, "u", "      ")
+    stores = [f"      U[({a * al + b}L * {p.kp} + k) * {p.c} + c] = {out[a][b]};" for a in range(al) for b in range(al)]
+    body = "\n".join(lines + stores)
+    zero = f"for (int xi = 0; xi < {al * al}; xi++) U[((long)xi * {p.kp} + k) * {p.c} + c] = 0.0f;"
+    src_text = f"""void KERNEL_NAME(float* restrict U, const float* restrict W) {{
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < {p.kp}; k++)
+    for (int c = 0; c < {p.c}; c++) {{
+      if (k >= {p.k}) {{
+        {zero}
+        continue;
+      }}
+      const float* w = W + {ao} + (long)k * {sam} + (long)c * {9 * sak};
+{body}
+    }}
+}}
+"""
+    return _named(f"WINOW{p.m}_{p.k}x{p.c}", src_text)
+
+
+def _named(stem: str, src: str) -> RenderedKernel:
+    name = f"{stem}_{hashlib.sha256(src.encode()).hexdigest()[:10]}"
+    return RenderedKernel(name, src.replace("KERNEL_NAME", name), (1,), None)
