@@ -59,12 +59,21 @@ def _heuristic(device: Device, kind: str, spec: Any) -> dict[str, int]:
 
 
 def _tc_heuristic(spec: Any) -> dict[str, int]:
-    """Tensor-core tiles (from the sweeps of benchmarks/bench_gemm_tc.py on an H100): a batch of narrow products
-    sharing A (late convolution layers) folds into one wide product when whole tiles would waste over 10% of their
-    columns; 64-row tiles for 64-row products and where 128-row tiles would pad the rows by over 15% (alexnet's
-    192); small tiles when big ones would leave the GPU idle. Large products take 128x128 tiles of four 64x64 warp
-    tiles: 16-18% faster than eight 64x32 ones on vgg16's 256x3136x2304 and 512x784x4608 (H100 sweep, 2026-11-22),
-    and two such work-groups fit an SM, which also evens out a last partial wave."""
+    """Tensor-core tiles, from the sweeps of benchmarks/bench_gemm_tc.py and `plait tune --model` on an H100
+    (docs/benchmarks.md, 2026-11-22): a batch of narrow products sharing A (late convolution layers) folds into one
+    wide product when whole tiles would waste over 10% of their columns. Then the tile is picked by how many
+    work-groups it makes, as the tuned winners were:
+
+    - few 64x64 tiles (batch-1 layers): small tiles, warps splitting K to shorten each tile's chain; 64x32 ones
+      while 64x64 tiles would not fill two waves (vgg16 b1 256x3136x2304: 1.28x over 64x64);
+    - few 128x128 tiles: 64x64 ones (K 4608, resnet18 b64's last stage folded: BK 32, 1.17x);
+    - 64-row products, or 128-row tiles padding the rows by over 15% (alexnet's 192) or making under two waves of
+      work-groups two to an SM (alexnet b64's 256x10816 products: 1.31x; resnet18's 256x12544: 1.24x): 64x128;
+    - many 128x256 tiles that the columns fill (vgg16 b64's 256x200704x2304 and 512x50176x4608 folded: 1.14x,
+      1.17x; a 4096^3 matmul: the fastest in the sweep): 128x256 with BK 8;
+    - else 128x128 tiles of four 64x64 warp tiles (16-18% faster than eight 64x32 ones on vgg16's
+      256x3136x2304 and 512x784x4608), two to an SM; eight 32x64 warp tiles, one to an SM, where that evens out
+      the last wave (resnet18 b64's 128x50176x1152: 392 work-groups, 1.39x)."""
     shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0
     fold = shared_a and _padded(spec.n, 128) > 1.1 * spec.n
     cols, batches = (spec.batch * spec.n, 1) if fold else (spec.n, spec.batch)
@@ -78,13 +87,19 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
             return {"V": 3, "BM": 64, "BN": 32, "BK": 32, "WM": 32, "WN": 16, "WK": 2, **extra}
         return {"V": 3, "BM": 32, "BN": 32, "BK": 32, "WM": 16, "WN": 16, "WK": 4 if spec.k >= 1024 else 2, **extra}
     if blocks(128, 128) < 132:
+        if blocks(64, 64) < 264:
+            return {"V": 3, "BM": 64, "BN": 32, "BK": 32, "WM": 32, "WN": 16, "WK": 2, **extra}
+        if spec.k >= 2048:
+            return {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, **extra}
         return {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 16, **extra}
-    if spec.m <= 64:
+    if spec.m <= 64 or _padded(spec.m, 128) > 1.15 * spec.m or blocks(128, 128) < 264:
         return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra}
-    if spec.m >= 1024 and cols >= 1024 and spec.k >= 1024:
+    wide = _padded(cols, 256) <= 1.03 * cols and blocks(128, 256) >= 264
+    if spec.k >= 1024 and (wide or (spec.m >= 1024 and cols >= 1024)):
         return {"V": 3, "BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, **extra}
-    if _padded(spec.m, 128) > 1.15 * spec.m:
-        return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra}
+    n128 = blocks(128, 128)
+    if _padded(n128, 132) < _padded(n128, 264) - 0.1 * n128:  # one eight-warp group per SM wastes less of a wave
+        return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2, **extra}
     return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64, **extra}
 
 

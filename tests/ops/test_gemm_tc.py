@@ -221,3 +221,24 @@ def test_tuning_candidates_follow_the_product():
     win = Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1)
     conv = spec(64, 256, 3136, 2304, win)
     assert _tc_candidates(conv)[-1] == {**_tc_heuristic(conv), "GT": 0}
+
+
+@pytest.mark.parametrize(
+    ("shape", "tile"),
+    [
+        ((1, 256, 200704, 2304), (128, 256, 64, 64)),  # vgg16 b64, batch folded: 128x256 won by 1.14x
+        ((1, 256, 10816, 3456), (64, 128, 32, 64)),  # alexnet b64: 170 work-groups of 128x128, 64x128 won by 1.31x
+        ((1, 128, 50176, 1152), (128, 128, 32, 64)),  # resnet18 b64: 392 work-groups, eight warps won by 1.39x
+        ((1, 512, 3136, 4608), (64, 64, 32, 32)),  # resnet18 b64's last stage: 64x64 with BK 32 won by 1.17x
+        ((1, 256, 3136, 2304), (64, 32, 32, 16)),  # vgg16 b1: 64x32 won by 1.28x
+        ((64, 256, 3136, 2304), (128, 128, 64, 64)),  # the batched sweep's fastest
+    ],
+)
+def test_heuristic_follows_the_tuned_winners(shape, tile):
+    """The heuristic picks, for the target models' products, the tiles `plait tune --model` found fastest on an H100
+    (docs/benchmarks.md), so an untuned device starts from them."""
+    from plait.tune import _tc_heuristic
+
+    batch, m, n, k = shape
+    knobs = _tc_heuristic(GemmSpec(batch, m, n, k, (0, 0, k, 1), (0, k * n, n, 1)))
+    assert (knobs["BM"], knobs["BN"], knobs["WM"], knobs["WN"]) == tile, knobs
