@@ -21,6 +21,7 @@ class CRenderer(CStyleRenderer):
     preamble = "#include <math.h>\n"
     parallel_threshold = 1 << 15  # below this much work, a parallel region costs more than it saves
     implicit_conv = True  # the C GEMM gathers convolution patches while packing (no im2col buffer)
+    row_loops = True
 
     def round_half(self, v: str) -> str:
         return f"(float)(_Float16)({v})"
@@ -45,6 +46,23 @@ class CRenderer(CStyleRenderer):
             (n,),
             None,
         )
+
+    def parallel_rows(
+        self, rows: int, width: int, head: list[str], body: list[str], idx_t: str, work: int, simd_ok: bool
+    ) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+        outer = ["#pragma omp parallel for schedule(static)"] if work >= self.parallel_threshold and rows > 1 else []
+        inner = ["#pragma omp simd"] if simd_ok else []
+        lines = [
+            *outer,
+            f"for ({idx_t} o = 0; o < {rows}; o++) {{",
+            *("  " + ln for ln in head),
+            *("  " + ln for ln in inner),
+            f"  for ({idx_t} j = 0; j < {width}; j++) {{",
+            *("    " + ln for ln in body),
+            "  }",
+            "}",
+        ]
+        return lines, (rows * width,), None
 
     def reduce_loop(
         self,

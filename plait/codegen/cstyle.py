@@ -27,6 +27,9 @@ class RenderedKernel:
 
 _IDENTITY = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
 MAX_SIMD_CAT_PARTS = 8  # an elementwise kernel whose cats join more sources than this loops without `simd`
+UNROLL_REDUCE = 16  # reductions over at most this many elements are written out term by term
+ROW_MIN_WIDTH = 8  # row loops need rows at least this long (shorter ones loop flat: a vector would sit half idle)
+ROW_MIN_COUNT = 4  # ... and at least this many rows to share among threads
 
 
 class CStyleRenderer:
@@ -35,6 +38,9 @@ class CStyleRenderer:
     fn_names: dict[str, str] = {}
     interleaved_split = False  # partial reductions: contiguous chunks (CPU caches) or strided (GPU coalescing)
     preamble = ""
+    # loop outputs as rows (an inner loop over the last axis): indices are then affine in the inner variable, so a
+    # pooling window's strided views load as vectors instead of gathers with per-element divisions
+    row_loops = False
     helper_qualifier = "static inline"  # how a helper function in a kernel's source is declared
     # integer power by squaring in unsigned arithmetic (wraps like NumPy instead of signed-overflow UB); a negative
     # exponent truncates 1/a**-b toward zero
@@ -102,6 +108,13 @@ class CStyleRenderer:
         """Loop `var` over n outputs in parallel; simd_ok says iterations are independent (elementwise)."""
         raise NotImplementedError
 
+    def parallel_rows(
+        self, rows: int, width: int, head: list[str], body: list[str], idx_t: str, work: int, simd_ok: bool
+    ) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+        """Loop `o` over `rows` in parallel, running `head` once per row and `body` for each `j` < `width` with
+        `gid` = o * width + j (only dialects with `row_loops` set are asked)."""
+        raise NotImplementedError
+
     def reduce_loop(
         self,
         var: str,
@@ -146,13 +159,46 @@ class CStyleRenderer:
         params, names = self._params(out, inputs)
         idx_t = self.idx_type(out.size, *(n.size for n in inputs))
         b = ExprBuilder(self, names, idx_t)
-        v = b.value(root, Idx(root.shape, linear="gid"))
+        head, cs = self._row_coords(b, root.shape)
+        v = b.value(root, Idx(root.shape, linear="gid", coords=cs) if cs else Idx(root.shape, linear="gid"))
         b.lines.append(self.store(out.dtype, "b0", "gid", v))
         # A vectorised loop evaluates every branch under a mask: with many cat sources (an unrolled RNN's gradient
         # joins hundreds) scalar branches are an order of magnitude faster.
         simd_ok = b.cat_parts <= MAX_SIMD_CAT_PARTS
-        lines, gs, ls = self.parallel_for("gid", out.size, b.lines, idx_t, out.size * max(1, len(b.lines)), simd_ok)
+        lines, gs, ls = self._loop(b, head, root.shape, out.size, idx_t, out.size * max(1, len(b.lines)), simd_ok)
         return self._finish("E", out, params, lines, gs, ls)
+
+    def _row_width(self, shape: tuple[int, ...]) -> tuple[int, int] | None:
+        """(axis, width) of the row loop over `shape`'s last axis longer than 1, when the dialect loops rows, the
+        rows are long enough to vectorise and there are enough of them to share among threads; else None."""
+        axes = [a for a, d in enumerate(shape) if d != 1]
+        if not self.row_loops or not axes or shape[axes[-1]] < ROW_MIN_WIDTH:
+            return None
+        if math.prod(shape) // shape[axes[-1]] < ROW_MIN_COUNT:
+            return None
+        return axes[-1], shape[axes[-1]]
+
+    def _row_coords(self, b: ExprBuilder, shape: tuple[int, ...]) -> tuple[list[str], list[str] | None]:
+        """For a row loop over `shape`: the lines that place row `o` (run once per row) and the coordinates of
+        element (o, j); b.lines is left empty for the per-element body. ([], None) when rows are not looped."""
+        row = self._row_width(shape)
+        if row is None:
+            return [], None
+        ax, _ = row
+        outer = b.coords(Idx(shape[:ax], linear="o")) if ax else []
+        head, b.lines = b.lines, []
+        return head, [*outer, "j", *["0"] * (len(shape) - ax - 1)]
+
+    def _loop(
+        self, b: ExprBuilder, head: list[str], shape: tuple[int, ...], n: int, idx_t: str, work: int, simd_ok: bool
+    ) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
+        """The parallel loop around b.lines over the n outputs of `shape`: rows when `_row_coords` set them up."""
+        row = self._row_width(shape)
+        if row is None:
+            return self.parallel_for("gid", n, b.lines, idx_t, work, simd_ok)
+        width = row[1]
+        body = [f"{idx_t} gid = o * {width} + j;", *b.lines]
+        return self.parallel_rows(n // width, width, head, body, idx_t, work, simd_ok)
 
     def render_reduce(self, out: Node, root: Node, inputs: list[Node]) -> RenderedKernel:
         """A reduce (rsum/rmax/rmin/rprod/argmax/argmin) or a partial reduce (rsplit) writing `out`."""
@@ -170,6 +216,8 @@ class CStyleRenderer:
         total = math.prod(red)
         idx_t = self.idx_type(out.size, src.size, *(n.size for n in inputs))
         b = ExprBuilder(self, names, idx_t)
+        if split == 1 and op not in ("argmax", "argmin") and total <= UNROLL_REDUCE:
+            return self._render_unrolled_reduce(b, out, src, op, axes, keep, params)
         lines = b.lines
         if split > 1:
             o = b.tmp(idx_t, f"gid / {split}", "o")
@@ -218,6 +266,50 @@ class CStyleRenderer:
         lines.append(self.store(out.dtype, "b0", "gid", "acci" if is_arg else "acc"))
         body, gs, ls = self.parallel_for("gid", out.size, lines, idx_t, out.size * max(1, total // split))
         return self._finish("R", out, params, body, gs, ls)
+
+    def _render_unrolled_reduce(
+        self,
+        b: ExprBuilder,
+        out: Node,
+        src: Node,
+        op: str,
+        axes: tuple[int, ...],
+        keep: tuple[int, ...],
+        params: list[str],
+    ) -> RenderedKernel:
+        """A short reduction (a pooling window's axis, a few stacked views) written out term by term: every term's
+        position is a constant, so a stack's source is chosen at render time instead of branched on per element,
+        and the loop over outputs vectorises (a vector loop over three window elements leaves the unit idle)."""
+        red = tuple(src.shape[a] for a in axes)
+        head, cs = self._row_coords(b, keep)
+        ocs = cs if cs is not None else b.coords(Idx(keep, linear="gid"))
+        nan_flag = src.dtype.is_float and op in ("max", "min")
+        b.lines.append(f"{self.compute_type(src.dtype)} acc = {self.literal(_reduce_init(op, src.dtype), src.dtype)};")
+        if nan_flag:
+            b.lines.append("int nanf = 0;")
+        for r in range(math.prod(red)):
+            full = list(ocs)
+            for a, c in zip(axes, _unravel(r, red), strict=True):
+                full[a] = str(c)
+            v = b.value(src, Idx(src.shape, coords=full))
+            b.lines.append("acc = " + _combine(op, "acc", v) + ";")
+            if nan_flag:
+                b.lines.append(f"nanf |= {v} != {v};")
+        if nan_flag:
+            b.lines.append("if (nanf) acc = NAN;")
+        b.lines.append(self.store(out.dtype, "b0", "gid", "acc"))
+        simd_ok = b.cat_parts <= MAX_SIMD_CAT_PARTS
+        body, gs, ls = self._loop(b, head, keep, out.size, b.idx_t, out.size * len(b.lines), simd_ok)
+        return self._finish("R", out, params, body, gs, ls)
+
+
+def _unravel(r: int, shape: tuple[int, ...]) -> list[int]:
+    """Row-major coordinates of linear position `r` in `shape`."""
+    cs = []
+    for s in reversed(shape):
+        cs.append(r % s)
+        r //= s
+    return cs[::-1]
 
 
 def _reduce_init(op: str, dt: DType) -> Any:

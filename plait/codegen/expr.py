@@ -181,13 +181,18 @@ class ExprBuilder:
         """Only the source that holds the element is evaluated, found by a balanced tree of if/else branches on the
         cat axis (log2 of the source count comparisons: an unrolled RNN's gradient joins hundreds of time steps)."""
         axis, c = node.arg, cs[node.arg]
+        starts = [0]
+        for src in node.srcs:
+            starts.append(starts[-1] + src.shape[axis])
+        if c.isdigit():  # a constant position (an unrolled reduction over a stack): the source is known here
+            part = next(i for i in range(len(node.srcs)) if int(c) < starts[i + 1])
+            new = list(cs)
+            new[axis] = str(int(c) - starts[part])
+            return self.value(node.srcs[part], Idx(node.srcs[part].shape, coords=new))
         self.n += 1
         out = f"t{self.n}"
         self.lines.append(f"{self.r.compute_type(node.dtype)} {out};")
         self.cat_parts += len(node.srcs)
-        starts = [0]
-        for src in node.srcs:
-            starts.append(starts[-1] + src.shape[axis])
 
         def emit(lo: int, hi: int) -> None:
             if hi - lo == 1:
