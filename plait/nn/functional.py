@@ -268,18 +268,42 @@ def conv2d(
     if oh < 1 or ow < 1:
         raise ShapeError(f"conv2d: input {x.shape} is too small for kernel {(kh, kw)} with padding {(ph, pw)}")
     g, k = groups, cg * kh * kw
-    if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
-        cols = x.reshape(n, g, k, h * w)
+    if grad_enabled() and (x.requires_grad or weight.requires_grad) and co // g >= FOLD_MIN_ROWS:
+        out = _conv2d_folded(x, weight, Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, fold=True), g)
     else:
-        # implicit-GEMM operand: patch columns (N, C*kh*kw, OH*OW) from one im2col kernel (its gradient is col2im)
-        win = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw)
-        cols = Tensor(im2col(x.node, win)).reshape(n, g, k, oh * ow)
-    # one batched GEMM over (image, group), the weight broadcast over images; the product is already NCHW, so
-    # bias, batch norm and activations that follow fuse into the GEMM's epilogue
-    out = (weight.reshape(1, g, co // g, k) @ cols).reshape(n, co, oh, ow)
+        if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
+            cols = x.reshape(n, g, k, h * w)
+        else:
+            # implicit-GEMM operand: patch columns (N, C*kh*kw, OH*OW) from one im2col kernel (its gradient is col2im)
+            win = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw)
+            cols = Tensor(im2col(x.node, win)).reshape(n, g, k, oh * ow)
+        # one batched GEMM over (image, group), the weight broadcast over images; the product is already NCHW, so
+        # bias, batch norm and activations that follow fuse into the GEMM's epilogue
+        out = (weight.reshape(1, g, co // g, k) @ cols).reshape(n, co, oh, ow)
     if bias is not None:
         out = out + bias.reshape(co, 1, 1)
     return out
+
+
+# a product with fewer rows per group (depthwise convolutions) keeps the per-image form: folded, its weight
+# gradient would be a few outputs with a K of every image's positions, which no GEMM template spreads over a device
+FOLD_MIN_ROWS = 16
+
+
+def _conv2d_folded(x: Tensor, weight: Tensor, win: Window, g: int) -> Tensor:
+    """A convolution whose gradient is recorded, with the batch folded into the GEMM's columns: the patch columns
+    laid out (C*kh*kw, N, OH*OW), the forward one GEMM per group (N = images x positions), the weight gradient one
+    GEMM with K = images x positions (no product per image summed afterwards) and the input gradient one GEMM
+    followed by col2im. The product comes out (Co, N, OH*OW) and is read as NCHW through a permute, which the
+    batch-norm reductions that usually follow read channel by channel."""
+    n, co, k = win.n, weight.shape[0], win.c // g * win.kh * win.kw
+    p = win.oh * win.ow
+    if (win.kh, win.kw, win.sh, win.sw, win.ph, win.pw) == (1, 1, 1, 1, 0, 0):
+        cols = x.reshape(n, g, k, p).permute(1, 2, 0, 3).reshape(g, k, n * p)
+    else:
+        cols = Tensor(im2col(x.node, win)).reshape(g, k, n * p)
+    out = weight.reshape(g, co // g, k) @ cols
+    return out.reshape(co, n, win.oh, win.ow).permute(1, 0, 2, 3)
 
 
 # ---------------------------------------------------------------- pooling

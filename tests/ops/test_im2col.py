@@ -16,15 +16,19 @@ GEOMETRIES = [  # n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw
 ]
 
 
+@pytest.mark.parametrize("fold", [False, True], ids=["nck", "folded"])
 @pytest.mark.parametrize("geo", GEOMETRIES)
-def test_im2col_matches_unfold(device, geo):
+def test_im2col_matches_unfold(device, geo, fold):
+    """Both column layouts: (N, C*kh*kw, P) and, folded, (C*kh*kw, N, P); the gradient is col2im in that layout."""
     n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw = geo
-    win = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw)
+    win = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, fold=fold)
     xa = rand((n, c, h, w))
     x = plait.tensor(xa, device=device, requires_grad=True)
     cols = Tensor(im2col(x.node, win))
     xt = torch.tensor(xa, requires_grad=True)
     ref = torch.nn.functional.unfold(xt, (kh, kw), (dh, dw), (ph, pw), (sh, sw))
+    if fold:
+        ref = ref.permute(1, 0, 2)
     assert_close(cols.numpy(), ref.detach().numpy(), "float32", "im2col")
     g = rand(cols.shape, seed=7)
     (cols * plait.tensor(g, device=device)).sum().backward()

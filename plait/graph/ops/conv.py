@@ -4,6 +4,11 @@
 output positions is a strided run of one input row), so a convolution becomes one batched GEMM whose result is
 already NCHW. `col2im` is its adjoint (each input pixel gathers the columns that read it: deterministic, no
 atomics), and each op's gradient is the other one.
+
+With `Window.fold` the columns are laid out (C*kh*kw, N, OH*OW) instead: the batch folded into the GEMM's columns.
+Training uses that layout, because then a convolution's weight gradient is one GEMM whose K runs over every image's
+output positions (dy @ columns^T, K = N*OH*OW) rather than a product per image summed afterwards, and the forward
+and input-gradient products are each one GEMM over all images.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class Window:
     pw: int = 0
     dh: int = 1
     dw: int = 1
+    fold: bool = False  # columns laid out (C*kh*kw, N, OH*OW) instead of (N, C*kh*kw, OH*OW)
 
     @property
     def oh(self) -> int:
@@ -44,7 +50,15 @@ class Window:
 
     @property
     def cols_shape(self) -> tuple[int, int, int]:
+        if self.fold:
+            return (self.c * self.kh * self.kw, self.n, self.oh * self.ow)
         return (self.n, self.c * self.kh * self.kw, self.oh * self.ow)
+
+    def col_row(self, n: str, ck: str) -> str:
+        """C expression: the start of the output-position run of image `n`, patch row `ck` in the columns."""
+        if self.fold:
+            return f"(((long)({ck}) * {self.n} + ({n})) * {self.oh * self.ow})"
+        return f"(((long)({n}) * {self.c * self.kh * self.kw} + ({ck})) * {self.oh * self.ow})"
 
 
 def im2col(x: Node, win: Window) -> Node:
@@ -75,7 +89,7 @@ def _im2col_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
             f"for (int n = 0; n < {w.n}; n++) for (int ck = 0; ck < {w.c * kk}; ck++) {{",
             f"  int c = ck / {kk}, ky = (ck / {w.kw}) % {w.kh}, kx = ck % {w.kw};",
             f"  long xb = ((long)n * {w.c} + c) * {w.h * w.w};",
-            f"  long ob = ((long)n * {w.c * kk} + ck) * {w.oh * w.ow};",
+            f"  long ob = {w.col_row('n', 'ck')};",
             f"  for (int oy = 0; oy < {w.oh}; oy++) {{",
             f"    int iy = oy * {w.sh} - {w.ph} + ky * {w.dh};",
             f"    int ok = iy >= 0 && iy < {w.h};",
@@ -89,11 +103,17 @@ def _im2col_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         ]
         return r._finish("IM2COL", out, params, lines, (1,), None)
     total = out.size
+    # consecutive work-items take consecutive output positions of one (image, patch row) in either layout
+    row = (
+        f"int n = nck % {w.n}; int ck = nck / {w.n};"
+        if w.fold
+        else f"int ck = nck % {w.c * kk}; int n = nck / {w.c * kk};"
+    )
     lines = [
         "long gid = get_global_id(0);",
         f"if (gid >= {total}L) return;",
         f"int p = gid % {w.oh * w.ow}; long nck = gid / {w.oh * w.ow};",
-        f"int ck = nck % {w.c * kk}; int n = nck / {w.c * kk};",
+        row,
         f"int c = ck / {kk}, ky = (ck / {w.kw}) % {w.kh}, kx = ck % {w.kw};",
         f"int oy = p / {w.ow}, ox = p % {w.ow};",
         f"int iy = oy * {w.sh} - {w.ph} + ky * {w.dh}, ix = ox * {w.sw} - {w.pw} + kx * {w.dw};",
@@ -121,7 +141,7 @@ def _col2im_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         f"  for (int kx = 0; kx < {w.kw}; kx++) {{",
         f"    int tx = ix + {w.pw} - kx * {w.dw};",
         f"    if (tx < 0 || tx % {w.sw} != 0 || tx / {w.sw} >= {w.ow}) continue;",
-        f"    long off = ((long)n * {w.c * kk} + c * {kk} + ky * {w.kw} + kx) * {w.oh * w.ow} + (ty / {w.sh}) * {w.ow} + tx / {w.sw};",
+        f"    long off = {w.col_row('n', f'c * {kk} + ky * {w.kw} + kx')} + (ty / {w.sh}) * {w.ow} + tx / {w.sw};",
         f"    acc += {load(cols.dtype, 'b1', 'off')};",
         "  }",
         "}",
