@@ -79,3 +79,37 @@ def test_rel_error() -> None:
     assert matrix.rel_error([a + 0.04], [a]) == pytest.approx(0.01)
     assert matrix.rel_error([a[:2]], [a]) == float("inf")
     assert matrix.rel_error([a * np.nan], [a]) == float("inf")
+
+
+def test_update_check_measures_float32_noise_against_float64() -> None:
+    """A training update further from torch's than the fixed bound passes only when it is within NOISE_FACTOR times
+    torch float32's own distance from the float64 update; a wrong gradient (O(1) off) fails either way."""
+    rng = np.random.default_rng(0)
+    exact = rng.standard_normal(1000)
+    torch32 = exact + 0.03 * np.linalg.norm(exact) / np.sqrt(1000) * rng.standard_normal(1000)
+    ours = exact + 0.03 * np.linalg.norm(exact) / np.sqrt(1000) * rng.standard_normal(1000)
+    loss = np.array(1.0)
+    want, got = [loss, torch32], [loss, ours]
+    err, problem = matrix._mismatch("train", got, want)
+    assert err > matrix.TOLERANCES["param_update"] and problem is not None and "norm rel. error" in problem
+    err, problem = matrix._mismatch("train", got, want, lambda: [loss, exact])
+    assert problem is None and err == pytest.approx(matrix.norm_error(ours, torch32))
+    wrong = [loss, exact * 1.5]
+    _, problem = matrix._mismatch("train", wrong, want, lambda: [loss, exact])
+    assert problem is not None and "float64" in problem
+    assert matrix._mismatch("train", [loss, torch32 * (1 + 1e-3)], want)[1] is None
+
+
+def test_float64_reference(tiny: BenchModel) -> None:
+    """The float64 check outputs of torch: loss and update close to float32's, computed from the same weights."""
+    import torch
+
+    torch.manual_seed(0)
+    model = tiny.torch_factory()
+    x, y = tiny.inputs(4)
+    case = Case(tiny, "train", 4, x, y, model)
+    exact = matrix.float64_reference(case, "cpu")
+    f32 = TorchRunner().prepare(case).check()
+    assert exact[1].dtype == np.float64 and next(model.parameters()).dtype == torch.float32
+    assert matrix.rel_error(f32[:1], exact[:1]) < 1e-5
+    assert matrix.norm_error(f32[1], exact[1]) < 1e-4
