@@ -66,6 +66,7 @@ TRANSFORMS: dict[int, tuple[_Mat, _Mat, _Mat]] = {
 V_BUDGET = 8 << 20  # bytes of transformed input tiles held at once (a chunk of tile blocks)
 TARGET_TILES = 128  # most tiles per block: their transformed inputs (one panel row per channel) stay in L2
 MIN_CHANNELS = 32  # fewer input or output channels stay on the implicit GEMM
+PER_CALL_MIN_POSITIONS = 2048  # output positions (batch x plane) that pay for a weight transform on every call
 MIN_TILES = 16  # fewest output tiles (one vector of tile columns) for a Winograd tile size
 U_CACHED = 1 << 20  # bytes of transformed weights that stay in L2 from one tile block to the next
 
@@ -114,8 +115,14 @@ class WinogradPlan:
         return -(-self.rpb * self.tw // nr) * nr
 
     @property
+    def ldu(self) -> int:
+        """Row stride of U: C, padded where C is a multiple of 128 floats, so the micro-kernel's rows of U do not
+        fall into the same L1 sets (a power-of-two stride maps every fourth or eighth row to one set)."""
+        return self.c + 16 if self.c % 128 == 0 else self.c
+
+    @property
     def u_shape(self) -> tuple[int, int, int]:
-        return (self.alpha * self.alpha, self.kp, self.c)
+        return (self.alpha * self.alpha, self.kp, self.ldu)
 
 
 def eligible(spec: Any) -> bool:
@@ -131,6 +138,7 @@ def eligible(spec: Any) -> bool:
     _, sab, sam, sak = spec.a
     return (
         spec.batch == win.n
+        and spec.n == win.oh * win.ow
         and spec.k == win.c * 9
         and sab == 0
         and spec.a_inner == 0
@@ -141,7 +149,7 @@ def eligible(spec: Any) -> bool:
     )
 
 
-def _tile_m(spec: Any) -> int | None:
+def _tile_m(spec: Any, constant_weight: bool) -> int | None:
     """The Winograd tile size for an eligible convolution, from the per-layer measurements recorded in
     docs/benchmarks.md ("CPU: Winograd for 3x3 convolutions"), or the PLAIT_WINOGRAD setting when it forces one."""
     mode = settings.get("PLAIT_WINOGRAD")
@@ -150,10 +158,15 @@ def _tile_m(spec: Any) -> int | None:
     if mode in ("2", "4"):
         return int(mode)
     if mode != "auto":
-        raise PlaitError(f"PLAIT_WINOGRAD={mode!r} is not one of auto, off, 2, 4")
+        raise PlaitError(
+            f"3x3 convolution {spec.conv.n}x{spec.conv.c}x{spec.conv.h}x{spec.conv.w} -> {spec.m} channels:"
+            f" PLAIT_WINOGRAD={mode!r} is not one of auto, off, 2, 4; unset it for the per-layer choice"
+        )
     win = spec.conv
     if win.c < MIN_CHANNELS or spec.m < MIN_CHANNELS:
         return None  # few channels: the transforms cost about as much as the multiplies they save
+    if not constant_weight and win.n * win.oh * win.ow < PER_CALL_MIN_POSITIONS:
+        return None  # a weight transform on every call costs more than a small output saves
     tiles = {m: win.n * -(-win.oh // m) * -(-win.ow // m) for m in (2, 4)}
     # F(4, 3) wins wherever a block has enough tiles to share U (4x the weight) over; 7x7 outputs at batch 1 have
     # 4 tiles (padded to a 16-wide panel), so they take F(2, 3)'s 16 tiles, and fewer still stay on the GEMM
@@ -164,11 +177,12 @@ def _tile_m(spec: Any) -> int | None:
     return None
 
 
-def pick(spec: Any) -> WinogradPlan | None:
-    """A Winograd plan for the convolution GEMM `spec`, or None where the implicit GEMM is the better choice."""
+def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
+    """A Winograd plan for the convolution GEMM `spec`, or None where the implicit GEMM is the better choice.
+    `constant_weight`: the weight transform runs once per plan, not on every call."""
     if not eligible(spec):
         return None
-    m = _tile_m(spec)
+    m = _tile_m(spec, constant_weight)
     if m is None:
         return None
     win = spec.conv
@@ -314,9 +328,10 @@ __attribute__((noinline)) static void plait_wino_out_f{m}(const float* Mb, int m
 
 
 _GEO = """//@shared-begin plait_wino_geo
-/* A Winograd convolution's geometry: channels in and out (kp: out rounded up to the register tile), image, output,
+/* A Winograd convolution's geometry: channels in and out (kp: out rounded up to the register tile; ldu: the row
+   stride of U), image, output,
    padding, tile rows and columns per image, tile rows per block and tile columns per block (padded to panels). */
-typedef struct { int c, k, kp, h, w, oh, ow, ph, pw, th, tw, rpb, tbp; } plait_wino_geo;
+typedef struct { int c, k, kp, ldu, h, w, oh, ow, ph, pw, th, tw, rpb, tbp; } plait_wino_geo;
 //@shared-end
 """
 
@@ -353,7 +368,7 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
         int used = (int)(((r1 - r0) * g->tw + {nr - 1}) / {nr});
         for (int xi = 0; xi < {al2}; xi++)
           for (int p = 0; p < used; p++)
-            plait_micro_{t}(g->c, U + ((long)xi * g->kp + k0) * g->c, g->c, vb + ((long)xi * panels + p) * g->c * {nr},
+            plait_micro_{t}(g->c, U + ((long)xi * g->kp + k0) * g->ldu, g->ldu, vb + ((long)xi * panels + p) * g->c * {nr},
                             mb + (long)xi * {mr} * tbp + p * {nr}, tbp, 1, {mr}, {nr}, 0);
         plait_wino_out_f{m}(mb, {mr}, rows, r0, r1, g, Y, k0, mb + (long){al2 * mr} * tbp);
         /* the epilogue runs on each image's rows of finished output, a contiguous run of every channel plane */
@@ -373,7 +388,9 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
 
 
 def _geo(p: WinogradPlan) -> str:
-    return f"{p.c}, {p.k}, {p.kp}, {p.h}, {p.w}, {p.oh}, {p.ow}, {p.ph}, {p.pw}, {p.th}, {p.tw}, {p.rpb}, {p.tbp}"
+    return (
+        f"{p.c}, {p.k}, {p.kp}, {p.ldu}, {p.h}, {p.w}, {p.oh}, {p.ow}, {p.ph}, {p.pw}, {p.th}, {p.tw}, {p.rpb}, {p.tbp}"
+    )
 
 
 def library(p: WinogradPlan) -> str:
@@ -433,9 +450,11 @@ def render_weight(p: WinogradPlan) -> RenderedKernel:
     ao, sam, sak = p.w_view
     src = [[f"w[{(u * 3 + v) * sak}]" for v in range(3)] for u in range(3)]
     lines, out = _sandwich(g, src, "u", "      ")
-    stores = [f"      U[({a * al + b}L * {p.kp} + k) * {p.c} + c] = {out[a][b]};" for a in range(al) for b in range(al)]
+    stores = [
+        f"      U[({a * al + b}L * {p.kp} + k) * {p.ldu} + c] = {out[a][b]};" for a in range(al) for b in range(al)
+    ]
     body = "\n".join(lines + stores)
-    zero = f"for (int xi = 0; xi < {al * al}; xi++) U[((long)xi * {p.kp} + k) * {p.c} + c] = 0.0f;"
+    zero = f"for (int xi = 0; xi < {al * al}; xi++) U[((long)xi * {p.kp} + k) * {p.ldu} + c] = 0.0f;"
     src_text = f"""void KERNEL_NAME(float* restrict U, const float* restrict W) {{
 #pragma omp parallel for schedule(static)
   for (int k = 0; k < {p.kp}; k++)

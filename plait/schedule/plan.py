@@ -106,6 +106,7 @@ class Plan:
             implicit_conv=getattr(self.device.renderer, "implicit_conv", False),
             split_k=getattr(self.device.renderer, "split_k", False),
             winograd=self.device.renderer.dialect == "c",
+            constants_once=inputs is not None,
         )
         self.kernels: list[RenderedKernel] = []
         self.launches: list[Any] = []
@@ -123,7 +124,7 @@ class Plan:
         built = [i for i in self.items if i.kind != "alias" and i.out.size]  # the items `pending` holds kernels of
         # a plan with inputs keeps its leaf buffers bound: work on constants alone (Winograd weight transforms of
         # model parameters) runs once, here, instead of on every replay
-        once = [inputs is not None and bool(i.extra.get("constant")) for i in built]
+        once = [bool(i.extra.get("constant")) for i in built]
         self.launched = [i for i, o in zip(built, once, strict=True) if not o]  # the item behind each launch
         programs = _compile(self.device, [k for k, _ in pending], built)
         self.programs: dict[int, tuple[Any, RenderedKernel]] = {}  # item out uid -> (program, kernel) for replays

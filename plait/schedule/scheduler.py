@@ -197,12 +197,18 @@ def _implicit_conv(
 
 
 def schedule(
-    outputs: list[Node], split_parts: int, implicit_conv: bool = False, split_k: bool = False, winograd: bool = False
+    outputs: list[Node],
+    split_parts: int,
+    implicit_conv: bool = False,
+    split_k: bool = False,
+    winograd: bool = False,
+    constants_once: bool = False,
 ) -> list[Item]:
     """Kernel items for `outputs`. With `implicit_conv` (devices whose GEMM can gather patches itself), a GEMM
     that is the only reader of an im2col reads the image directly and the patch buffer is never made. With
     `split_k` (devices with many cores and no other way to fill them), few-tile products split their K. With
-    `winograd` (the C device), 3x3 stride-1 implicit convolutions where Winograd's algorithm wins run with it."""
+    `winograd` (the C device), 3x3 stride-1 implicit convolutions where Winograd's algorithm wins run with it;
+    `constants_once` says the plan runs kernels that read only leaf buffers once, when it is built."""
     order = toposort(outputs)
     if _split_reductions(order, split_parts):
         order = toposort(outputs)
@@ -248,22 +254,27 @@ def schedule(
         k = kind(n)
         items.append(Item(n, inputs, k if k in ("reduce", "custom", "contract") else "elementwise"))
     items = _fuse_epilogues(items, users, {n.uid for n in outputs})
-    return _winograd(items) if winograd else items
+    return _winograd(items, constants_once) if winograd else items
 
 
-def _winograd(items: list[Item]) -> list[Item]:
+def _winograd(items: list[Item], constants_once: bool) -> list[Item]:
     """Replace each convolution GEMM that `winograd_c.pick` chooses by a weight transform and a Winograd kernel
-    (which keeps the GEMM's fused epilogue). A transform of a weight that is a buffer of its own (a model
-    parameter, an ONNX initializer) is marked `constant`: a plan runs it once when it is built, not per replay."""
+    (which keeps the GEMM's fused epilogue). Where the plan runs constant work once, a transform of a weight that
+    is a buffer of its own (a model parameter, an ONNX initializer) is marked `constant`: it runs when the plan is
+    built, not per replay; elsewhere the transform's cost per call is part of the choice."""
     out: list[Item] = []
     for it in items:
-        plan = winograd_c.pick(it.gemm) if it.kind == "gemm" and it.gemm is not None else None
-        if plan is None:
+        if it.kind != "gemm" or it.gemm is None:
             out.append(it)
             continue
         weight = it.inputs[0]
+        constant = constants_once and weight.buffer is not None
+        plan = winograd_c.pick(it.gemm, constant)
+        if plan is None:
+            out.append(it)
+            continue
         u = winograd_weight(weight, plan)
-        out.append(Item(u, [weight], "custom", extra={"constant": weight.buffer is not None}))
+        out.append(Item(u, [weight], "custom", extra={"constant": constant}))
         out.append(Item(it.out, [u, *it.inputs[1:]], "winograd", gemm=it.gemm, extra={**it.extra, "winograd": plan}))
     return out
 
