@@ -212,10 +212,13 @@ def conv_wide(spec: GemmSpec) -> bool:
 
 def conv_column(spec: GemmSpec, col: str, fold: bool) -> str:
     """Declarations placing column `col` of an implicit-convolution spec in the image: o_, the offset of its
-    batch entry (with `fold`, else 0), and iy0_, ix0_, the top-left corner of its window (padding included)."""
+    batch entry (with `fold`, else 0) and image, and iy0_, ix0_, the top-left corner of its window (padding
+    included). A product whose columns are every image's output positions in turn (the batch folded into the
+    columns by the graph: n = images x OH*OW) finds the image of each column here."""
     win = spec.conv
     assert win is not None
     idx, lit = ("long", "L") if conv_wide(spec) else ("int", "")
+    plane = win.oh * win.ow
     decls = f"const {idx} q_ = {col};"
     if fold:
         n, inner = spec.n, spec.inner
@@ -224,9 +227,15 @@ def conv_column(spec: GemmSpec, col: str, fold: bool) -> str:
             if inner > 1
             else f"i_ * {spec.b[1]}{lit}"
         )
-        decls += f" const {idx} i_ = q_ / {n}, o_ = {off}; const int j_ = (int)(q_ % {n});"
+        decls += f" const {idx} i_ = q_ / {n}, r_ = q_ % {n}, o0_ = {off};"
     else:
-        decls += f" const {idx} o_ = 0; const int j_ = (int)q_;"
+        decls += f" const {idx} r_ = q_, o0_ = 0;"
+    if spec.n != plane:  # columns span the images
+        decls += (
+            f" const {idx} o_ = o0_ + r_ / {plane} * {win.c * win.h * win.w}{lit}; const int j_ = (int)(r_ % {plane});"
+        )
+    else:
+        decls += f" const {idx} o_ = o0_; const int j_ = (int)r_;"
     return decls + f" const int iy0_ = j_ / {win.ow} * {win.sh} - {win.ph}, ix0_ = j_ % {win.ow} * {win.sw} - {win.pw};"
 
 

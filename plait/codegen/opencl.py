@@ -14,6 +14,7 @@ class OpenCLRenderer(CStyleRenderer):
     helper_qualifier = "inline"
     local_size = 256
     implicit_conv = True  # every OpenCL GEMM kernel gathers convolution patches from the image (no im2col buffer)
+    conv_span = True  # ... also for columns with the batch folded in (gemm.conv_column finds each one's image)
     split_k = True  # few-tile products (batch-1 late layers) split K over more work-groups (scheduler._split_k)
     preamble = (
         "inline float plait_round_half(float x) { ushort h; vstore_half(x, 0, (half*)&h);"

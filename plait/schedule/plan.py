@@ -104,6 +104,7 @@ class Plan:
             outputs,
             self.device.renderer.__dict__.get("split_parts", 256 if self.device.renderer.dialect == "opencl" else 16),
             implicit_conv=getattr(self.device.renderer, "implicit_conv", False),
+            conv_span=getattr(self.device.renderer, "conv_span", False),
             split_k=getattr(self.device.renderer, "split_k", False),
             winograd=self.device.renderer.dialect == "c",
             constants_once=inputs is not None,

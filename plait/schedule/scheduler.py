@@ -168,10 +168,12 @@ def _gemm_plan(n: Node, realize: set[int]) -> tuple[Node, Node, GemmSpec]:
 
 
 def _implicit_conv(
-    n: Node, plan: tuple[Node, Node, GemmSpec], realize: set[int], users: dict[int, int]
+    n: Node, plan: tuple[Node, Node, GemmSpec], realize: set[int], users: dict[int, int], span_ok: bool
 ) -> tuple[Node, Node, GemmSpec]:
     """Let the GEMM `n` gather its B operand from the image when B is the sole use of an im2col's patch columns
-    (inference: in training the weight gradient reads the same columns, so they stay a buffer)."""
+    (inference: in training the weight gradient reads the same columns, so they stay a buffer). The columns may be
+    per image (N, C*kh*kw, OH*OW) or have the batch folded in (C*kh*kw, N, OH*OW): then one product's columns run
+    over every image's output positions, where the device's GEMM can find each column's image (`span_ok`)."""
     a, b, spec = plan
     if b.op != "im2col" or users.get(b.uid) != 1:
         return plan
@@ -184,10 +186,12 @@ def _implicit_conv(
         if users.get(node.uid) != 1 or kind(node) != "movement":
             return plan
         node = node.srcs[0]
-    plane, per_row = win.oh * win.ow, win.kh * win.kw * win.oh * win.ow
+    plane = win.oh * win.ow
     bo, sbb, sbk, sbn = spec.b
+    span = win.n if span_ok and sbk == win.n * plane and spec.n == win.n * plane else 1  # images along the columns
+    per_row = win.kh * win.kw * plane * span
     strides = (sbb, spec.b_inner)
-    if bo or sbn != 1 or sbk != plane or spec.k % (win.kh * win.kw) or any(s % per_row for s in strides):
+    if bo or sbn != 1 or sbk != plane * span or spec.k % (win.kh * win.kw) or any(s % per_row for s in strides):
         return plan
     sbb, sbi = (s // per_row * win.h * win.w for s in strides)
     realize.discard(b.uid)
@@ -202,13 +206,15 @@ def schedule(
     implicit_conv: bool = False,
     split_k: bool = False,
     winograd: bool = False,
+    conv_span: bool = False,
     constants_once: bool = False,
 ) -> list[Item]:
     """Kernel items for `outputs`. With `implicit_conv` (devices whose GEMM can gather patches itself), a GEMM
     that is the only reader of an im2col reads the image directly and the patch buffer is never made. With
     `split_k` (devices with many cores and no other way to fill them), few-tile products split their K. With
     `winograd` (the C device), 3x3 stride-1 implicit convolutions where Winograd's algorithm wins run with it;
-    `constants_once` says the plan runs kernels that read only leaf buffers once, when it is built."""
+    `constants_once` says the plan runs kernels that read only leaf buffers once, when it is built.
+    With `conv_span` (OpenCL) a GEMM also gathers patch columns that have the batch folded in."""
     order = toposort(outputs)
     if _split_reductions(order, split_parts):
         order = toposort(outputs)
@@ -238,7 +244,7 @@ def schedule(
         if n.op == "matmul":
             gemm_ops[n.uid] = _gemm_plan(n, realize)
             if implicit_conv:
-                gemm_ops[n.uid] = _implicit_conv(n, gemm_ops[n.uid], realize, users)
+                gemm_ops[n.uid] = _implicit_conv(n, gemm_ops[n.uid], realize, users, conv_span)
     items: list[Item] = []
     for n in order:
         if n.uid not in realize:

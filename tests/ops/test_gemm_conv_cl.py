@@ -182,3 +182,28 @@ def test_split_k_picks_whole_window_chunks():
     assert (short.batch, short.k) == (1, 288)
     (linear,) = gemms(t(64, 4096) @ t(1000, 4096).T)
     assert (linear.batch, linear.k) == (1, 4096)
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize("geo", [GEOMETRIES[0], GEOMETRIES[2], GEOMETRIES[3]])
+def test_kernels_gather_columns_of_every_image(device, geo):
+    """Patch columns with the batch folded in (C*kh*kw, N, OH*OW): one product per group whose columns run over
+    every image's output positions; each kernel finds a column's image itself (tensor-core twin with and without
+    the k-table, an FP32 template, the GEMV)."""
+    n, c, h, w, co, kh, kw, stride, padding, dilation, groups = geo
+    rng = np.random.default_rng(co * w + kh)
+    x = rng.standard_normal((n, c, h, w), dtype=np.float32)
+    wt = rng.standard_normal((co, c // groups, kh, kw), dtype=np.float32)
+    want64 = torch.nn.functional.conv2d(
+        torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, stride, padding, dilation, groups
+    ).numpy()
+    win = Window(n, c, h, w, kh, kw, *stride, *padding, *dilation)
+    cg, cog, k, p = c // groups, co // groups, c // groups * kh * kw, win.oh * win.ow
+    spec = GemmSpec(groups, cog, n * p, k, (0, cog * k, k, 1), (0, cg * h * w, 0, 0), conv=win)
+    configs = [{**SMALL, "MMA": 0}, {**SMALL, "MMA": 0, "GT": 0}, {**SPLIT_K, "MMA": 0}, {}]
+    if cog <= 15:
+        configs.append({"V": 4})
+    for knobs in configs:
+        got = _run(device, spec, knobs, wt, x).reshape(co, n, p).transpose(1, 0, 2).reshape(want64.shape)
+        err = float(np.abs(got - want64).max() / np.abs(want64).max())
+        assert err <= 1e-5, f"{knobs} {geo}: max rel error {err:.2e}"
