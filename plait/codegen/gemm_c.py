@@ -477,11 +477,11 @@ static void plait_sgemv(long batch, long inner, int m, int n, int k, const float
 
 
 DEPTHWISE = """//@shared-begin plait_dwconv
-/* A depthwise convolution (one filter per channel plane): each output row accumulates kh*kw shifted, scaled input
-   rows, a vector loop per tap; planes are independent tasks, and epi runs on each finished plane. */
-/* Stride 1: copy the plane into a zero-padded one (wp columns) and compute outputs on the padded grid, so every
-   tap row is a long vector loop over the plane (rows of 7 or 14 would leave the vector unit idle); the valid ow
-   of every wp columns are then copied out. */
+/* A depthwise convolution (one filter per channel plane); planes are independent tasks, and epi runs on each
+   finished plane. */
+/* Stride 1, rows narrower than a vector: copy the plane into a zero-padded one (wp columns) and compute outputs on
+   the padded grid, so every tap row is a long vector loop over the plane (rows of 7 or 14 would leave the vector
+   unit idle); the valid ow of every wp columns are then copied out. */
 static void plait_dw_flat(const float* x, const float* w, const plait_win* g, float* c) {
   int wp = g->w + 2 * g->pw, hp = g->h + 2 * g->ph, ow = g->ow, oh = hp - g->dh * (g->kh - 1);
   long len = (long)(oh - 1) * wp + ow;
@@ -519,46 +519,95 @@ static void plait_dw_flat(const float* x, const float* w, const plait_win* g, fl
   for (int oy = 0; oy < oh; oy++) memcpy(c + (long)oy * ow, acc + (long)oy * wp, sizeof(float) * ow);
 }
 
+typedef int plait_i16 __attribute__((vector_size(64)));
+#if defined(__clang__)
+#define plait_even(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+#else
+#define plait_even(a, b) __builtin_shuffle(a, b, (plait_i16){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30})
+#endif
+/* One block of up to 64 outputs of output row `oy` (NV vectors), every tap a contiguous read of one column phase
+   at its precomputed offset `off[tap]`; the sums stay in registers across the taps. */
+static inline __attribute__((always_inline)) void plait_dw_row(int NV, const float* base, const int* off, int taps,
+                                                             const float* w, int cnt, float* out) {
+  plait_v16 acc[4] = {{0}};
+  for (int t = 0; t < taps; t++) {
+    const float* s = base + off[t];
+    float wv = w[t];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) acc[v] += wv * *(const plait_v16*)(s + 16 * v);
+  }
+  if (cnt == 16 * NV) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) *(plait_v16*)(out + 16 * v) = acc[v];
+  } else {
+    float tmp[64] __attribute__((aligned(64)));
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) *(plait_v16*)(tmp + 16 * v) = acc[v];
+    memcpy(out, tmp, sizeof(float) * (size_t)cnt);
+  }
+}
+
+/* One plane: the input, zero-padded, is split into sw column phases (phase r holds padded columns r, r + sw, ...),
+   so every tap of a strided convolution reads a contiguous run; rows have room for whole-vector reads past the
+   last output. */
+static void plait_dw_plane(const float* x, const float* w, const plait_win* g, int oh, float* c) {
+  int sw = g->sw, ow = g->ow, taps = g->kh * g->kw;
+  long rows = (long)(oh - 1) * g->sh + (long)(g->kh - 1) * g->dh + 1; /* padded rows any output reads */
+  long need = (long)(g->kw - 1) * g->dw / sw + (ow + 15) / 16 * 16, cols = (g->w + 2 * g->pw + sw - 1) / sw;
+  long pitch = ((need > cols ? need : cols) + 15) / 16 * 16;
+  float* ph = plait_scratch((size_t)(sw * rows * pitch));
+  int off[taps];
+  for (int ky = 0; ky < g->kh; ky++)
+    for (int kx = 0; kx < g->kw; kx++) {
+      int t = kx * g->dw;
+      off[ky * g->kw + kx] = (int)(((t % sw) * rows + (long)ky * g->dh) * pitch + t / sw);
+    }
+  for (int r = 0; r < sw; r++) {
+    long qlo = (g->pw - r + sw - 1) / sw, qhi = (g->w - 1 + g->pw - r) / sw + 1; /* phase columns inside the row */
+    if (qlo < 0) qlo = 0;
+    for (long y = 0; y < rows; y++) {
+      float* d = ph + (r * rows + y) * pitch;
+      long iy = y - g->ph;
+      memset(d, 0, sizeof(float) * (size_t)pitch);
+      if (iy < 0 || iy >= g->h) continue;
+      const float* xr = x + iy * g->w + r - g->pw;
+      if (sw == 1) {
+        memcpy(d + qlo, xr + qlo, sizeof(float) * (size_t)(qhi - qlo));
+      } else if (sw == 2) { /* 16 outputs from two vector loads and one two-source shuffle */
+        long q = qlo;
+        for (; q < qhi && q * 2 + r - g->pw < 0; q++) d[q] = xr[q * 2];
+        for (; q + 16 <= qhi && q * 2 + r - g->pw + 32 <= g->w; q += 16)
+          *(plait_v16*)(d + q) = plait_even(*(const plait_v16*)(xr + q * 2), *(const plait_v16*)(xr + q * 2 + 16));
+        for (; q < qhi; q++) d[q] = xr[q * 2];
+      } else {
+        for (long q = qlo; q < qhi; q++) d[q] = xr[q * sw];
+      }
+    }
+  }
+  for (int oy = 0; oy < oh; oy++) {
+    const float* base = ph + (long)oy * g->sh * pitch;
+    for (int ox0 = 0; ox0 < ow; ox0 += 64) {
+      int cnt = ow - ox0 < 64 ? ow - ox0 : 64;
+      float* out = c + (long)oy * ow + ox0;
+      switch ((cnt + 15) / 16) {
+        case 1: plait_dw_row(1, base + ox0, off, taps, w, cnt, out); break;
+        case 2: plait_dw_row(2, base + ox0, off, taps, w, cnt, out); break;
+        case 3: plait_dw_row(3, base + ox0, off, taps, w, cnt, out); break;
+        default: plait_dw_row(4, base + ox0, off, taps, w, cnt, out); break;
+      }
+    }
+  }
+}
+
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
                          long sxi, const plait_win* g, float* C, plait_epi_fn epi, void* const* extra) {
-  int ow = g->ow, oh = n / ow, s = g->sw;
-  int lo[g->kw], hi[g->kw];  /* per tap column: the output columns whose input column is inside the row */
-  for (int kx = 0; kx < g->kw; kx++) {
-    int dx = kx * g->dw - g->pw;
-    lo[kx] = dx >= 0 ? 0 : (-dx + s - 1) / s;
-    hi[kx] = dx >= g->w ? 0 : (g->w - 1 - dx) / s + 1;
-    if (hi[kx] > ow) hi[kx] = ow;
-  }
 #pragma omp parallel for schedule(dynamic, 4)
   for (long bz = 0; bz < batch; bz++) {
     const float* w = A + bz / inner * sab + bz % inner * sai;
     const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)n;
-    if (s == 1 && g->sh == 1) {
-      plait_dw_flat(x, w, g, c);
-      if (epi) epi(c, bz, 0, 0, 1, n, extra);
-      continue;
-    }
-    for (int oy = 0; oy < oh; oy++) {
-      float* restrict row = c + (long)oy * ow;
-      for (int ox = 0; ox < ow; ox++) row[ox] = 0.0f;
-      for (int ky = 0; ky < g->kh; ky++) {
-        int iy = oy * g->sh - g->ph + ky * g->dh;
-        if (iy < 0 || iy >= g->h) continue;
-        const float* xr = x + (long)iy * g->w;
-        for (int kx = 0; kx < g->kw; kx++) {
-          float wv = w[ky * g->kw + kx];
-          const float* xs = xr + kx * g->dw - g->pw;
-          if (s == 1) {
-#pragma omp simd
-            for (int ox = lo[kx]; ox < hi[kx]; ox++) row[ox] += wv * xs[ox];
-          } else {
-#pragma omp simd
-            for (int ox = lo[kx]; ox < hi[kx]; ox++) row[ox] += wv * xs[ox * s];
-          }
-        }
-      }
-    }
+    if (g->sw == 1 && g->sh == 1 && g->ow < 16) plait_dw_flat(x, w, g, c);
+    else plait_dw_plane(x, w, g, n / g->ow, c);
     if (epi) epi(c, bz, 0, 0, 1, n, extra);
   }
 }

@@ -1,0 +1,42 @@
+"""The `cpu` device's depthwise convolution kernel (DWCONV): rows computed in registers from a zero-padded copy of
+each plane split into column phases, for stride 1 and 2 (the vector deinterleave and its scalar edges), stride 3,
+dilation, non-square kernels, rows longer than one 64-output block, and the flat kernel for narrow stride-1 planes,
+with a fused BN-style epilogue and ReLU6, against PyTorch."""
+
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from tests.helpers import assert_close, rand
+
+GEOMETRIES = [  # n, c, h, w, kh, kw, stride, padding, dilation
+    (1, 3, 40, 37, 3, 3, 1, 1, 1),  # stride 1, rows of 37 (two vectors, a partial one)
+    (2, 4, 33, 150, 3, 3, 1, 1, 1),  # rows of 150: three 64-output blocks
+    (1, 3, 70, 70, 3, 3, 2, 1, 1),  # stride 2, rows long enough for the vector deinterleave
+    (1, 2, 41, 83, 3, 3, 2, 0, 1),  # stride 2 without padding, odd width
+    (1, 2, 29, 66, 5, 5, 2, 2, 2),  # stride 2, dilation 2
+    (2, 3, 21, 50, 3, 5, (1, 3), (1, 2), 1),  # stride 3 along rows, non-square kernel
+    (1, 5, 7, 7, 3, 3, 1, 1, 1),  # a 7x7 plane: the flat kernel
+    (1, 4, 14, 14, 3, 3, 2, 1, 1),  # 14 -> 7, stride 2
+]
+
+
+@pytest.mark.parametrize("geo", GEOMETRIES)
+def test_depthwise_matches_torch(geo):
+    n, c, h, w, kh, kw, stride, padding, dilation = geo
+    x, wt = rand((n, c, h, w)), rand((c, 1, kh, kw), seed=1)
+    scale, shift = rand((c,), seed=2), rand((c,), seed=3)
+
+    def fn(t: plait.Tensor) -> plait.Tensor:
+        y = F.conv2d(t, plait.tensor(wt, device="cpu"), None, stride, padding, dilation, c)
+        y = y * plait.tensor(scale, device="cpu").reshape(c, 1, 1) + plait.tensor(shift, device="cpu").reshape(c, 1, 1)
+        return y.clip(0.0, 6.0)
+
+    jit = plait.jit(fn, device="cpu")
+    plan, _ = jit.plan_for([x])
+    assert [k.name.split("_")[0] for k in plan.kernels] == ["DWCONV"], [k.name for k in plan.kernels]
+    tx = torch.tensor(x)
+    ref = torch.nn.functional.conv2d(tx, torch.tensor(wt), None, stride, padding, dilation, c)
+    ref = (ref * torch.tensor(scale).reshape(c, 1, 1) + torch.tensor(shift).reshape(c, 1, 1)).clamp(0.0, 6.0)
+    assert_close(jit(x), ref.numpy(), "float32", f"depthwise {geo}", tol_scale=10)
