@@ -63,11 +63,13 @@ def _patch_taps(b: Node) -> int:
     return b.arg.kh * b.arg.kw if b.op == "im2col" and not b.realized else 1
 
 
-def _split_k(order: list[Node]) -> bool:
-    """Split the K of few-tile single products (batch-1 late convolution layers: 512 x 49 outputs, K = 4608) into
-    S chunks: a batch of S partial products, each its own work-groups, summed by a reduction over S (fixed order,
-    so the result is deterministic). K chunks hold whole filter windows (im2col's kh * kw taps) so the implicit
-    convolution still gathers them from the image."""
+def _split_k(order: list[Node], keep: set[int]) -> bool:
+    """Split the K of few-tile single products (batch-1 late convolution layers: 512 x 49 outputs, K = 4608; the
+    weight gradient of a training convolution: 64 x 576 outputs, K = images x positions) into S chunks: a batch of
+    S partial products, each its own work-groups, summed by a reduction over S (fixed order, so the result is
+    deterministic). K chunks hold whole filter windows (im2col's kh * kw taps) where B is patch columns the GEMM
+    could gather from the image. An A operand that is no view (the transposed output gradient of a folded
+    convolution) is added to `keep`: realized contiguous, its chunks are views."""
     changed = False
     for node in order:
         if node.op != "matmul" or node.realized or math.prod(node.shape[:-2]) != 1:
@@ -77,15 +79,25 @@ def _split_k(order: list[Node]) -> bool:
         tiles = -(-m // 32) * -(-n // 32)
         if m < 16 or k < 2 * SPLIT_K_MIN or -(-m // 64) * -(-n // 64) >= 66:
             continue
-        unit = math.lcm(32, _patch_taps(b))
+        vb = strided_view(b, set())
+        unit = math.lcm(32, _patch_taps(b) if vb is not None and vb[2][-1] == 1 else 1)
         splits = [s for s in range(2, 17) if k % (s * unit) == 0 and k // s >= SPLIT_K_MIN]
         if not splits:
             continue
         parts = next((s for s in splits if s * tiles >= SPLIT_K_TARGET), splits[-1])
         kc = k // parts
         pa, pb = permute(reshape(a, (m, parts, kc)), (1, 0, 2)), reshape(b, (parts, kc, n))
-        if strided_view(pa, set()) is None or strided_view(pb, set()) is None:
+        own = set() if strided_view(a, set()) is not None else {a.uid}
+        if own:
+            # A is a gradient realized for this product (training): its chunks view that buffer (a reshape node of
+            # its own, as reshape() would fold it into A's movement chain); a B stored transposed (a convolution's
+            # patch columns) is chunked along K in the stored layout
+            pa = permute(Node("reshape", (a,), (m, parts, kc), (m, parts, kc), a.dtype, a.device), (1, 0, 2))
+            if b.op == "permute" and b.arg[-2:] == (len(b.shape) - 1, len(b.shape) - 2):
+                pb = permute(reshape(b.srcs[0], (n, parts, kc)), (1, 2, 0))
+        if strided_view(pa, own) is None or strided_view(pb, set()) is None:
             continue  # a chunk would not be a view (a transposed weight): splitting would copy the operand
+        keep |= own
         partial = matmul(pa, pb)
         node.op, node.srcs, node.arg = "reshape", (reduce("sum", partial, (0,)),), node.shape
         changed = True
@@ -218,9 +230,10 @@ def schedule(
     order = toposort(outputs)
     if _split_reductions(order, split_parts):
         order = toposort(outputs)
-    if split_k and _split_k(order):
+    keep: set[int] = set()
+    if split_k and _split_k(order, keep):
         order = toposort(outputs)
-    realize: set[int] = {n.uid for n in outputs}
+    realize: set[int] = {n.uid for n in outputs} | keep
     users: dict[int, int] = {}
     for n in order:
         for s in n.srcs:
