@@ -632,9 +632,13 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = Fa
         return x
     if p == 1.0:
         return x * 0.0
-    rng = np.random.default_rng(seed) if seed is not None else _DROPOUT_RNG[0]
-    keep: np.ndarray = (rng.random(x.shape) >= p).astype(x.dtype.np) * np.asarray(1.0 / (1.0 - p), dtype=x.dtype.np)
-    return x * Tensor.from_numpy(keep, device=x.device)
+    shape, dt = x.shape, x.dtype.np
+
+    def keep() -> np.ndarray:  # a replayed plait.compile_step draws a new mask per step, like an eager one
+        rng = np.random.default_rng(seed) if seed is not None else _DROPOUT_RNG[0]
+        return (rng.random(shape) >= p).astype(dt) * np.asarray(1.0 / (1.0 - p), dtype=dt)
+
+    return x * Tensor.from_host(keep, device=x.device)
 
 
 def embedding(

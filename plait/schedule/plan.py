@@ -202,7 +202,7 @@ class Capture:
     run before each replay (host-side values such as a learning rate that a scheduler may change)."""
 
     launches: list[Launch] = field(default_factory=list)
-    uploads: list[tuple[Buffer, np.ndarray]] = field(default_factory=list)
+    uploads: list[tuple[Buffer, np.ndarray, bool]] = field(default_factory=list)  # (buffer, data, remade per replay)
     hooks: dict[Any, Callable[[], None]] = field(default_factory=dict)
 
 
@@ -227,10 +227,18 @@ def capturing() -> bool:
     return bool(_CAPTURES)
 
 
-def record_upload(buf: Buffer, arr: np.ndarray) -> None:
-    """Note a host array copied into `buf` while a step is traced (replays check it stays the same)."""
-    if _CAPTURES:
-        _CAPTURES[-1].uploads.append((buf, arr.copy()))
+def record_upload(buf: Buffer, arr: np.ndarray, remake: Callable[[], np.ndarray] | None = None) -> None:
+    """Note a host array copied into `buf` while a step is traced. Replays check that it stays the same, unless
+    `remake` makes a new one for each replay (a dropout mask), which is then copied in before the launches."""
+    if not _CAPTURES:
+        return
+    cap = _CAPTURES[-1]
+    cap.uploads.append((buf, arr.copy(), remake is not None))
+    if remake is not None:
+        fresh = remake
+        cap.hooks[("upload", len(cap.uploads))] = lambda: buf.device.allocator.copy_in(
+            buf, np.ascontiguousarray(fresh(), dtype=arr.dtype)
+        )
 
 
 def on_replay(key: Any, hook: Callable[[], None]) -> None:

@@ -279,3 +279,36 @@ def test_replayed_recurrent_step_matches_torch() -> None:
         np.testing.assert_allclose(step(x, y).item(), ref(x, y), rtol=1e-5)
     assert _replays(step) == 1
     _assert_same_state(p, t)
+
+
+def test_dropout_masks_are_drawn_afresh_on_replay() -> None:
+    """The same seed gives the same masks in the same order, eager or replayed, so the weights agree exactly; a
+    replay that kept the traced mask would drift."""
+
+    def run(compiled: bool) -> list[np.ndarray]:
+        nn.functional.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 3)).to("cpu")
+        model.load_state_dict(start)
+        opt = plait.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x: plait.Tensor, y: plait.Tensor) -> plait.Tensor:
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        fn = plait.compile_step(step, device="cpu") if compiled else step
+        for x, y in _batches((5, 6)):
+            fn(plait.tensor(x), plait.tensor(y))
+        if compiled:
+            assert _replays(fn) == 1
+        return [p.numpy() for p in model.parameters()]
+
+    nn.functional.manual_seed(1)
+    start = {
+        k: v.numpy()
+        for k, v in nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 3)).state_dict().items()
+    }
+    for got, want in zip(run(True), run(False), strict=True):
+        np.testing.assert_array_equal(got, want)

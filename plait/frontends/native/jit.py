@@ -266,8 +266,10 @@ def _same_kernels(a: Capture, b: Capture, name: str) -> None:
         )
     if len(a.uploads) != len(b.uploads):
         raise TraceError(f"plait.compile_step({name}): two calls copied different numbers of host arrays to the device")
-    for (_, ua), (_, ub) in zip(a.uploads, b.uploads, strict=True):
-        if ua.shape != ub.shape or ua.dtype != ub.dtype or not np.array_equal(ua, ub, equal_nan=True):
+    for (_, ua, remade_a), (_, ub, remade_b) in zip(a.uploads, b.uploads, strict=True):
+        if remade_a != remade_b or ua.shape != ub.shape or ua.dtype != ub.dtype:
+            raise TraceError(f"plait.compile_step({name}): two calls copied different host arrays to the device")
+        if not remade_a and not np.array_equal(ua, ub, equal_nan=True):
             raise TraceError(
                 f"plait.compile_step({name}): a {ua.shape} {ua.dtype} host array made inside the step (plait.tensor,"
                 " Tensor.from_numpy) changed between calls, and a replay would keep its first value; pass it to the"
@@ -281,7 +283,7 @@ def _producers(r: _Recorded) -> dict[int, tuple[str, int]]:
     for i, buf in enumerate(r.inputs):
         if buf is not None:
             made[id(buf)] = ("input", i)
-    for i, (buf, _) in enumerate(r.cap.uploads):
+    for i, (buf, _, _) in enumerate(r.cap.uploads):
         made.setdefault(id(buf), ("upload", i))
     for i, launch in enumerate(r.cap.launches):
         made[id(launch.buffers[0])] = ("launch", i)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,7 +72,19 @@ class Tensor:
 
     @staticmethod
     def from_numpy(arr: Any, dtype: Any = None, device: str | None = None, requires_grad: bool = False) -> Tensor:
-        a = np.asarray(arr)
+        t = Tensor._upload(np.asarray(arr), dtype, device, None)
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
+
+    @staticmethod
+    def from_host(make: Callable[[], np.ndarray], device: str | None = None) -> Tensor:
+        """A tensor of values made on the host by `make()` (a random mask) that a step replayed by
+        plait.compile_step makes afresh on every replay, instead of keeping the traced value."""
+        return Tensor._upload(np.asarray(make()), None, device, make)
+
+    @staticmethod
+    def _upload(a: np.ndarray, dtype: Any, device: str | None, remake: Callable[[], np.ndarray] | None) -> Tensor:
         dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.from_numpy_dtype(a.dtype)
         a = np.ascontiguousarray(a, dtype=dt.np).reshape(a.shape)  # ascontiguousarray turns 0-d into 1-d
         dev = get_device(canonical(device) if device else default_device())
@@ -80,12 +92,9 @@ class Tensor:
         buf = dev.allocator.alloc(a.nbytes)
         if a.size:
             dev.allocator.copy_in(buf, a)
-            record_upload(buf, a)
+            record_upload(buf, a, remake)
         attach(node, buf)
-        t = Tensor(node)
-        if requires_grad:
-            t.requires_grad_(True)
-        return t
+        return Tensor(node)
 
     @staticmethod
     def full(shape: Sequence[builtins.int], value: Scalar, dtype: Any = None, device: str | None = None) -> Tensor:
