@@ -20,6 +20,7 @@ import numpy as np
 from plait import dtypes
 from plait.errors import PlaitError, TraceError
 from plait.frontends.native.tensor import _LEAVES, Tensor
+from plait.graph.autodiff import no_grad
 from plait.graph.node import Node
 from plait.runtime import canonical, default_device, get_device
 from plait.runtime.base import Buffer
@@ -36,7 +37,10 @@ class Jit:
         key = tuple((a.shape, a.dtype.str) for a in arrays)
         if key not in self.plans:
             inputs = [Node("input", (), None, a.shape, dtypes.from_numpy_dtype(a.dtype), self.device) for a in arrays]
-            out = self.fn(*(Tensor(n) for n in inputs))
+            # a jit'ed function returns arrays, so no gradient can flow out of it: trace without recording one (ops
+            # then take their inference forms, e.g. convolutions whose epilogues fuse)
+            with no_grad():
+                out = self.fn(*(Tensor(n) for n in inputs))
             single = isinstance(out, Tensor)
             outs = [out] if single else list(out)
             if not all(isinstance(o, Tensor) for o in outs):
