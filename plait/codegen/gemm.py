@@ -114,7 +114,7 @@ def render_c(
     ao, sab, sam, sak = spec.a
     bo, sbb, sbk, sbn = spec.b
     m, n, k = spec.m, spec.n, spec.k
-    small = m <= kn.get("SMALL_M", 4) and spec.conv is None
+    small = spec.conv is None and gemm_c.use_gemv(m, n, k, spec.batch, sbk, sbn, kn.get("SMALL_M", 4))
     # a matrix-vector product (n == 1) is a GEMV of the transposed problem; C and C^T are the same vector
     vec = not small and n == 1 and spec.conv is None
     # a narrow product (few columns, many rows: linear layers, late layers at batch 1) computes C^T = B^T A^T

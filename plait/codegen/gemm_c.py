@@ -17,6 +17,19 @@ KC_MAX = 256
 MERGE_BELOW = 512  # products with fewer columns than this that share A over a batch merge the batch's columns
 
 
+GEMV_ROWS = 16  # at most this many rows run as a weight-streaming product when B is large ...
+GEMV_B_ELEMENTS = 1 << 20  # ... at least this many elements (4 MB: out of L2, so reading it once is what counts)
+
+
+def use_gemv(m: int, n: int, k: int, batch: int, sbk: int, sbn: int, small_m: int) -> bool:
+    """True when a product without a convolution window runs as the few-rows GEMV (plait_sgemv): at most `small_m`
+    rows, or up to GEMV_ROWS rows of one product whose B (a linear layer's weight, either layout) is too large to
+    stay in cache, so the GEMM's per-call packing of B would cost as much as the multiply-adds."""
+    if m <= small_m:
+        return True
+    return m <= GEMV_ROWS and batch == 1 and n * k >= GEMV_B_ELEMENTS and 1 in (sbk, sbn)
+
+
 def pick_tile(m: int, n: int) -> tuple[int, int]:
     """The register tile that wastes the least padded work on an m x n product (wider tiles win ties: they load
     fewer broadcasts per multiply-add)."""
@@ -341,75 +354,121 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
 
 
 GEMV = """//@shared-begin plait_gemv
-/* C[i, j] for j in [j0, j1): dot products of M rows of A (contiguous, length k) with columns of B that are
-   contiguous along k (a linear layer's weight rows). Four weight rows stream at once, each loaded vector feeds M
-   multiply-adds. */
-static inline __attribute__((always_inline)) void plait_gemv_dot(int M, int k, const float* a, long lda,
-                                                               const float* b, long sbn, float* c, long ldc,
-                                                               int j0, int j1) {
-  int j = j0;
-  for (; j + 4 <= j1; j += 4) {
-    const float* b0 = b + (long)j * sbn;
-    plait_v16 acc[4][4] = {{{0}}};
-    int p = 0;
-    for (; p + 16 <= k; p += 16) {
-      plait_v16 w0 = *(const plait_v16*)(b0 + p), w1 = *(const plait_v16*)(b0 + sbn + p);
-      plait_v16 w2 = *(const plait_v16*)(b0 + 2 * sbn + p), w3 = *(const plait_v16*)(b0 + 3 * sbn + p);
+/* Partial sums of up to M = 4 rows of A with four weight rows bq[q] (B columns contiguous along k) over kc
+   (a multiple of 16) elements from pc: part[i * 4 + q] holds row i, column q as a vector, added to in place. */
+static inline __attribute__((always_inline)) void plait_gemv_dot_block(int M, int kc, const float* a, long lda,
+                                                                     const float* const* bq, int pc,
+                                                                     plait_v16* part) {
+  plait_v16 acc[4][4];
 #pragma GCC unroll 4
-      for (int i = 0; i < M; i++) {
-        plait_v16 av = *(const plait_v16*)(a + i * lda + p);
-        acc[i][0] += av * w0; acc[i][1] += av * w1; acc[i][2] += av * w2; acc[i][3] += av * w3;
-      }
-    }
+  for (int i = 0; i < M; i++)
+    for (int q = 0; q < 4; q++) acc[i][q] = part[i * 4 + q];
+  const float *b0 = bq[0] + pc, *b1 = bq[1] + pc, *b2 = bq[2] + pc, *b3 = bq[3] + pc;
+  for (int p = 0; p < kc; p += 16) {
+    plait_v16 w0 = *(const plait_v16*)(b0 + p), w1 = *(const plait_v16*)(b1 + p);
+    plait_v16 w2 = *(const plait_v16*)(b2 + p), w3 = *(const plait_v16*)(b3 + p);
 #pragma GCC unroll 4
     for (int i = 0; i < M; i++) {
-      for (int q = 0; q < 4; q++) {
-        float s = 0.0f;
-        for (int l = 0; l < 16; l++) s += acc[i][q][l];
-        for (int pp = p; pp < k; pp++) s += a[i * lda + pp] * b0[q * sbn + pp];
-        c[i * ldc + j + q] = s;
-      }
+      plait_v16 av = *(const plait_v16*)(a + i * lda + p);
+      acc[i][0] += av * w0;
+      acc[i][1] += av * w1;
+      acc[i][2] += av * w2;
+      acc[i][3] += av * w3;
     }
   }
-  for (; j < j1; j++) {
-    const float* bj = b + (long)j * sbn;
 #pragma GCC unroll 4
-    for (int i = 0; i < M; i++) {
-      float s = 0.0f;
-#pragma omp simd reduction(+:s)
-      for (int p = 0; p < k; p++) s += a[i * lda + p] * bj[p];
-      c[i * ldc + j] = s;
+  for (int i = 0; i < M; i++)
+    for (int q = 0; q < 4; q++) part[i * 4 + q] = acc[i][q];
+}
+
+#define PLAIT_DOT_ROWS(M) plait_gemv_dot_block(M, kc, a + (long)(i0 + r) * lda + pc, lda, bq, pc, part + r * 4)
+
+/* C[i, j] for j in [j0, j1): products of the rows of A (contiguous, length k) with B columns contiguous along k (a
+   linear layer's weight rows). Four weight rows stream at once; a k chunk of them stays in L1 while it meets up
+   to 16 rows of A (a batch of 16 reads the weights once), the sums kept as vectors until the end. */
+static void plait_gemv_dot(int m, int k, const float* a, long lda, const float* b, long sbn, float* c, long ldc,
+                           int j0, int j1) {
+  enum { KC = 1024 };
+  int k16 = k / 16 * 16;
+  plait_v16 part[16 * 4];
+  for (int j = j0; j < j1; j += 4) {
+    int nj = j1 - j < 4 ? j1 - j : 4;
+    const float* bq[4]; /* a partial block repeats its last column rather than read past j1 */
+    for (int q = 0; q < 4; q++) bq[q] = b + (long)(j + (q < nj ? q : nj - 1)) * sbn;
+    for (int i0 = 0; i0 < m; i0 += 16) {
+      int mi = m - i0 < 16 ? m - i0 : 16;
+      memset(part, 0, sizeof(plait_v16) * 4 * (size_t)mi);
+      for (int pc = 0; pc < k16; pc += KC) {
+        int kc = k16 - pc < KC ? k16 - pc : KC;
+        for (int r = 0; r < mi; r += 4) {
+          switch (mi - r < 4 ? mi - r : 4) {
+            case 1: PLAIT_DOT_ROWS(1); break;
+            case 2: PLAIT_DOT_ROWS(2); break;
+            case 3: PLAIT_DOT_ROWS(3); break;
+            default: PLAIT_DOT_ROWS(4); break;
+          }
+        }
+      }
+      for (int i = 0; i < mi; i++) {
+        const float* ai = a + (long)(i0 + i) * lda;
+        for (int q = 0; q < nj; q++) {
+          float s = 0.0f;
+          for (int l = 0; l < 16; l++) s += part[i * 4 + q][l];
+          for (int p = k16; p < k; p++) s += ai[p] * bq[q][p];
+          c[(long)(i0 + i) * ldc + j + q] = s;
+        }
+      }
     }
   }
 }
 
-/* C[i, j0:j1] for B rows contiguous along n (SBN == 1) or strided: every row of B is read once as a long run,
-   its products added into partial sums for the column block that stay in L1; four rows of B at a time. */
-static inline __attribute__((always_inline)) void plait_gemv_axpy(int M, int k, const float* a, long lda, long sak,
+/* Rows i0 .. i0 + M - 1 (M <= 4) of C[:, j0:j1] += A[:, p:p+4] B[p:p+4, j0:j1]: each loaded vector of B's four
+   rows feeds M rows of partial sums. */
+static inline __attribute__((always_inline)) void plait_gemv_axpy4(int M, const float* a, long lda, long sak,
+                                                                 const float* b0, long sbk, long SBN, float* c,
+                                                                 long ldc, int j0, int j1) {
+  const float *b1 = b0 + sbk, *b2 = b1 + sbk, *b3 = b2 + sbk;
+  float s[4][4];
+  for (int i = 0; i < M; i++)
+    for (int q = 0; q < 4; q++) s[i][q] = a[i * lda + q * sak];
+  float* restrict c0 = c;
+  float* restrict c1 = c + (M > 1 ? ldc : 0);
+  float* restrict c2 = c + (M > 2 ? 2 * ldc : 0);
+  float* restrict c3 = c + (M > 3 ? 3 * ldc : 0);
+#pragma omp simd
+  for (int j = j0; j < j1; j++) {
+    long q = (long)j * SBN;
+    float w0 = b0[q], w1 = b1[q], w2 = b2[q], w3 = b3[q];
+    c0[j] += s[0][0] * w0 + s[0][1] * w1 + s[0][2] * w2 + s[0][3] * w3;
+    if (M > 1) c1[j] += s[1][0] * w0 + s[1][1] * w1 + s[1][2] * w2 + s[1][3] * w3;
+    if (M > 2) c2[j] += s[2][0] * w0 + s[2][1] * w1 + s[2][2] * w2 + s[2][3] * w3;
+    if (M > 3) c3[j] += s[3][0] * w0 + s[3][1] * w1 + s[3][2] * w2 + s[3][3] * w3;
+  }
+}
+
+#define PLAIT_AXPY_ROWS(M) plait_gemv_axpy4(M, a + i0 * lda + (long)p * sak, lda, sak, b0, sbk, SBN, c + i0 * ldc, ldc, j0, j1)
+
+/* C[:, j0:j1] for B rows contiguous along n (SBN == 1) or strided: every row of B is read once as a long run, its
+   products added into every row's partial sums for the column block, which stay in L1; four rows of B at a time. */
+static inline __attribute__((always_inline)) void plait_gemv_axpy(int m, int k, const float* a, long lda, long sak,
                                                                 const float* b, long sbk, long SBN, float* c,
                                                                 long ldc, int j0, int j1) {
-  for (int i = 0; i < M; i++) memset(c + i * ldc + j0, 0, sizeof(float) * (size_t)(j1 - j0));
+  for (int i = 0; i < m; i++) memset(c + i * ldc + j0, 0, sizeof(float) * (size_t)(j1 - j0));
   int p = 0;
   for (; p + 4 <= k; p += 4) {
     const float* b0 = b + (long)p * sbk;
-    const float* b1 = b0 + sbk;
-    const float* b2 = b1 + sbk;
-    const float* b3 = b2 + sbk;
-#pragma GCC unroll 4
-    for (int i = 0; i < M; i++) {
-      const float* ai = a + i * lda + (long)p * sak;
-      float a0 = ai[0], a1 = ai[sak], a2 = ai[2 * sak], a3 = ai[3 * sak];
-      float* restrict ci = c + i * ldc;
-#pragma omp simd
-      for (int j = j0; j < j1; j++) {
-        long q = (long)j * SBN;
-        ci[j] += a0 * b0[q] + a1 * b1[q] + a2 * b2[q] + a3 * b3[q];
+    for (int i0 = 0; i0 < m; i0 += 4) {
+      switch (m - i0 < 4 ? m - i0 : 4) {
+        case 1: PLAIT_AXPY_ROWS(1); break;
+        case 2: PLAIT_AXPY_ROWS(2); break;
+        case 3: PLAIT_AXPY_ROWS(3); break;
+        default: PLAIT_AXPY_ROWS(4); break;
       }
     }
   }
   for (; p < k; p++) {
     const float* b0 = b + (long)p * sbk;
-    for (int i = 0; i < M; i++) {
+    for (int i = 0; i < m; i++) {
       float a0 = a[i * lda + (long)p * sak];
       float* restrict ci = c + i * ldc;
 #pragma omp simd
@@ -418,14 +477,8 @@ static inline __attribute__((always_inline)) void plait_gemv_axpy(int M, int k, 
   }
 }
 
-#define PLAIT_GEMV_ROWS(CALL) \\
-  switch (mm) { case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; default: CALL(4); break; }
-#define PLAIT_DOT(M) plait_gemv_dot(M, k, a + i0 * lda, lda, b, sbn, c + (long)i0 * n, n, j0, j1)
-#define PLAIT_AXPY(M) plait_gemv_axpy(M, k, a + i0 * sam, sam, sak, b, sbk, 1, c + (long)i0 * n, n, c0, c1)
-#define PLAIT_AXPY_STRIDED(M) plait_gemv_axpy(M, k, a + i0 * sam, sam, sak, b, sbk, sbn, c + (long)i0 * n, n, c0, c1)
-
-/* Few rows (a batch-1 linear layer): bound by reading B once, so B is streamed in its own layout with no packing,
-   each task taking a contiguous range of columns. Dot-product columns (B contiguous along k) split into several
+/* Few rows (a linear layer at batch 1 to 16): bound by reading B once, so B is streamed in its own layout with no
+   packing, each task taking a contiguous range of columns. Dot-product columns (B contiguous along k) split into several
    chunks per thread, handed out dynamically, so a thread that the OS preempts on a shared machine does not hold up
    the others; axpy columns need long rows to stream, so they split only once per thread. */
 static void plait_sgemv(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
@@ -452,21 +505,15 @@ static void plait_sgemv(long batch, long inner, int m, int n, int k, const float
         a = ap;
         lda = k;
       }
-      for (int i0 = 0; i0 < m; i0 += 4) {
-        int mm = m - i0 < 4 ? m - i0 : 4;
-        PLAIT_GEMV_ROWS(PLAIT_DOT)
-      }
+      plait_gemv_dot(m, k, a, lda, b, sbn, c, n, j0, j1);
     } else {
-      for (int i0 = 0; i0 < m; i0 += 4) {
-        int mm = m - i0 < 4 ? m - i0 : 4;
-        for (int c0 = j0; c0 < j1; c0 += 2048) {
-          int c1 = c0 + 2048 < j1 ? c0 + 2048 : j1;
-          if (sbn == 1) {
-            PLAIT_GEMV_ROWS(PLAIT_AXPY)
-          } else {
-            PLAIT_GEMV_ROWS(PLAIT_AXPY_STRIDED)
-          }
-        }
+      /* the partial sums of every row for one column block stay in L1 (about 32 KB) */
+      int cb = (8192 / m + 15) / 16 * 16;
+      if (cb > 2048) cb = 2048;
+      for (int c0 = j0; c0 < j1; c0 += cb) {
+        int c1 = c0 + cb < j1 ? c0 + cb : j1;
+        if (sbn == 1) plait_gemv_axpy(m, k, a, sam, sak, b, sbk, 1, c, n, c0, c1);
+        else plait_gemv_axpy(m, k, a, sam, sak, b, sbk, sbn, c, n, c0, c1);
       }
     }
     if (epi) epi(c, bz, 0, j0, m, j1 - j0, extra);

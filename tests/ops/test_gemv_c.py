@@ -1,7 +1,7 @@
 """The `cpu` device's few-rows product (C GEMV, plait_sgemv): B as dot-product columns (a linear layer's weight,
-contiguous along K), as rows contiguous along N (an exported, pre-transposed weight), and strided; one to four rows
-and more (blocks of four), K and N not multiples of the vector width, batches, a strided A, and fused epilogues
-through whole linear layers."""
+contiguous along K), as rows contiguous along N (an exported, pre-transposed weight), and strided; one to four rows,
+and up to 16 against a B too large for cache (K chunks, row blocks), K and N not multiples of the vector width,
+batches, a strided A, and fused epilogues through whole linear layers."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ CASES = [
     (1, 4, 2600, 7, "rows"),
     (1, 1, 33, 40, "strided"),
     (2, 3, 300, 21, "strided"),
+    # up to 16 rows against a B of a million elements or more (a linear layer at batch 16): weight-streaming GEMV
+    (1, 16, 1030, 1021, "dot"),
+    (1, 9, 501, 2100, "dot"),
+    (1, 16, 1100, 1000, "rows"),
+    (1, 13, 1001, 1049, "rows"),
 ]
 
 
@@ -64,15 +69,15 @@ def test_gemv_with_strided_a(layout):
     assert_close(got, (at.T.astype(np.float64) @ b[0].astype(np.float64))[None], "float32", kern.name, tol_scale=10)
 
 
-@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize(("rows", "outs", "ins"), [(1, 130, 300), (2, 130, 300), (16, 1030, 1020)])
 @pytest.mark.parametrize("pretransposed", [False, True])
-def test_linear_layer_with_epilogue(rows, pretransposed):
+def test_linear_layer_with_epilogue(rows, outs, ins, pretransposed):
     """A linear layer (bias + ReLU fused into the GEMV's epilogue), with the weight as (out, in) read transposed
-    and as an (in, out) matrix, as ONNX exports store it."""
+    and as an (in, out) matrix, as ONNX exports store it; 16 rows stream a weight of a million elements."""
     rng = np.random.default_rng(rows)
-    x = rng.standard_normal((rows, 300), dtype=np.float32)
-    w = rng.standard_normal((130, 300), dtype=np.float32) * 0.1
-    bias = rng.standard_normal(130, dtype=np.float32)
+    x = rng.standard_normal((rows, ins), dtype=np.float32)
+    w = rng.standard_normal((outs, ins), dtype=np.float32) * 0.1
+    bias = rng.standard_normal(outs, dtype=np.float32)
     wt = np.ascontiguousarray(w.T)
 
     def net(x: plait.Tensor, w: plait.Tensor, bias: plait.Tensor) -> plait.Tensor:
