@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from plait import settings
-from plait.codegen import gemm, winograd_c
+from plait.codegen import gemm, winograd_c, winograd_cl
 from plait.codegen.cstyle import RenderedKernel
 from plait.errors import CompileError, PlaitError, TraceError
 from plait.graph.node import Node, toposort
@@ -43,7 +43,7 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
             if "extra" in item.extra
             else None
         )
-        return winograd_c.render(item.extra["winograd"], r, epi)
+        return (winograd_cl if r.dialect == "opencl" else winograd_c).render(item.extra["winograd"], r, epi)
     if item.kind in ("custom", "contract"):
         kernel = OPS[item.out.op].kernel
         assert kernel is not None
@@ -107,6 +107,7 @@ class Plan:
             conv_span=getattr(self.device.renderer, "conv_span", False),
             split_k=getattr(self.device.renderer, "split_k", False),
             winograd=self.device.renderer.dialect == "c",
+            winograd_cl=self.device.renderer.dialect == "opencl",
             constants_once=inputs is not None,
         )
         self.kernels: list[RenderedKernel] = []

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plait import dtypes
-from plait.codegen import winograd_c
+from plait.codegen import winograd_c, winograd_cl
 from plait.codegen.expr import strides_of
 from plait.codegen.gemm import GemmSpec
 from plait.graph.node import Node, toposort
@@ -18,6 +18,7 @@ from plait.graph.ops.matmul import matmul
 from plait.graph.ops.movement import permute, reshape
 from plait.graph.ops.reduce import reduce
 from plait.graph.ops.winograd import winograd_weight
+from plait.graph.ops.winograd_cl import winograd_cl_input, winograd_cl_weight
 
 MAX_INLINE_COST = 160  # beyond this a shared subexpression is cheaper to store than to recompute
 SHARED_INLINE_COST = 12
@@ -218,6 +219,7 @@ def schedule(
     implicit_conv: bool = False,
     split_k: bool = False,
     winograd: bool = False,
+    winograd_cl: bool = False,
     conv_span: bool = False,
     constants_once: bool = False,
 ) -> list[Item]:
@@ -225,7 +227,8 @@ def schedule(
     that is the only reader of an im2col reads the image directly and the patch buffer is never made. With
     `split_k` (devices with many cores and no other way to fill them), few-tile products split their K. With
     `winograd` (the C device), 3x3 stride-1 implicit convolutions where Winograd's algorithm wins run with it;
-    `constants_once` says the plan runs kernels that read only leaf buffers once, when it is built.
+    `constants_once` says the plan runs kernels that read only leaf buffers once, when it is built. `winograd_cl`
+    does the same for OpenCL with the batched GEMM (plait/codegen/winograd_cl.py).
     With `conv_span` (OpenCL) a GEMM also gathers patch columns that have the batch folded in."""
     order = toposort(outputs)
     if _split_reductions(order, split_parts):
@@ -273,7 +276,28 @@ def schedule(
         k = kind(n)
         items.append(Item(n, inputs, k if k in ("reduce", "custom", "contract") else "elementwise"))
     items = _fuse_epilogues(items, users, {n.uid for n in outputs})
+    items = _winograd_cl(items, constants_once) if winograd_cl else items
     return _winograd(items, constants_once) if winograd else items
+
+
+def _winograd_cl(items: list[Item], constants_once: bool) -> list[Item]:
+    """OpenCL: replace each convolution GEMM that `winograd_cl.pick` chooses by four kernels: the weight transform
+    (run once at plan build for a constant weight, as `_winograd` does), the input transform, the 16 products as one
+    batched GEMM item (tuned and rendered like any GEMM) and the output transform with the GEMM's fused epilogue."""
+    out: list[Item] = []
+    for it in items:
+        plan = winograd_cl.pick(it.gemm) if it.kind == "gemm" and it.gemm is not None else None
+        if plan is None:
+            out.append(it)
+            continue
+        weight, image = it.inputs[:2]
+        u, v = winograd_cl_weight(weight, plan), winograd_cl_input(image, plan)
+        prod = matmul(u, v)
+        out.append(Item(u, [weight], "custom", extra={"constant": constants_once and weight.buffer is not None}))
+        out.append(Item(v, [image], "custom"))
+        out.append(Item(prod, [u, v], "gemm", gemm=plan.gemm_spec()))
+        out.append(Item(it.out, [prod, *it.inputs[2:]], "winograd", extra={**it.extra, "winograd": plan}))
+    return out
 
 
 def _winograd(items: list[Item], constants_once: bool) -> list[Item]:

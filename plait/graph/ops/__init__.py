@@ -41,7 +41,7 @@ def kind(node: Node) -> str:
 
 
 def _load_families() -> None:
-    from plait.graph.ops import conv, elementwise, matmul, movement, reduce, winograd  # noqa: F401
+    from plait.graph.ops import conv, elementwise, matmul, movement, reduce, winograd, winograd_cl  # noqa: F401
 
 
 _load_families()

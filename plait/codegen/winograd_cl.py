@@ -1,0 +1,221 @@
+"""Winograd F(2,3) convolution for OpenCL: 3x3, stride-1 convolutions as 16 products of 4x4-tile transforms.
+
+F(2,3) computes a 2x2 output tile from a 4x4 input tile with 16 products per channel pair instead of 36 (2.25x
+fewer multiply-adds). The work is four kernels, so the products run on the tuned OpenCL GEMM (the 3xTF32
+tensor-core template on NVIDIA, its tile heuristic and `plait tune`) instead of a template of their own:
+
+1. weight transform U[xi] = (G g G^T)[xi], 16 matrices (K, C); a plan runs it once when the weight is a constant;
+2. input transform V[xi] = (B^T d B)[xi] of every 4x4 input tile d (padding read as zeros), 16 matrices (C, T) over
+   the T = images x tile rows x tile columns tiles (T padded to a multiple of 4 for the GEMM's vector loads);
+3. M[xi] = U[xi] V[xi]: one batched GEMM (batch 16, `gemm_spec`), rendered by gemm.render_opencl;
+4. output transform Y = A^T M A per tile, followed by the convolution's fused epilogue (bias, batch norm, ReLU,
+   residual add: a gemm.Epilogue, rendered as the GEMM templates render it) as each output is stored.
+
+The transforms are memory-bound: V and M hold 16/4 = 4x the image and the output, so a layer wins only where the
+product it saves outweighs that traffic, which grows as 1/C against the product's work; `pick` keeps Winograd to
+wide layers with many tiles (docs/benchmarks.md, "NVIDIA GPU: Winograd F(2,3) through OpenCL").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from plait import settings
+from plait.codegen import gemm, winograd_c
+from plait.codegen.cstyle import RenderedKernel
+from plait.errors import PlaitError
+
+ALPHA = 4  # input tile edge of F(2, 3); 2x2 outputs per tile
+MIN_CHANNELS = 128  # 'auto': fewer input or output channels stay on the implicit GEMM (transform traffic ~ 1/C)
+MIN_TILES = 1024  # 'auto': fewest 4x4 tiles (images x tile rows x tile columns) for the 16 products to fill a GPU
+LOCAL = 128  # work-items per work-group of the transform kernels
+
+
+@dataclass(frozen=True)
+class WinogradCLPlan:
+    """One convolution's Winograd geometry: batch n, channels c in and k out, image h x w, output oh x ow, padding,
+    the image view (offset, per-image stride) the input transform reads and the weight view (offset, row stride,
+    tap stride) the weight transform reads."""
+
+    n: int
+    c: int
+    k: int
+    h: int
+    w: int
+    oh: int
+    ow: int
+    ph: int
+    pw: int
+    x_view: tuple[int, int]
+    w_view: tuple[int, int, int]
+
+    @property
+    def th(self) -> int:
+        return -(-self.oh // 2)
+
+    @property
+    def tw(self) -> int:
+        return -(-self.ow // 2)
+
+    @property
+    def tiles(self) -> int:
+        return self.n * self.th * self.tw
+
+    @property
+    def tp(self) -> int:
+        """Tile columns of V and M: the tiles padded to a multiple of 4 (float4 loads in the GEMM)."""
+        return -(-self.tiles // 4) * 4
+
+    @property
+    def u_shape(self) -> tuple[int, int, int]:
+        return (ALPHA * ALPHA, self.k, self.c)
+
+    @property
+    def v_shape(self) -> tuple[int, int, int]:
+        return (ALPHA * ALPHA, self.c, self.tp)
+
+    def gemm_spec(self) -> gemm.GemmSpec:
+        """The 16 products M[xi] (K, T) = U[xi] (K, C) @ V[xi] (C, T) as one batched GEMM."""
+        k, c, tp = self.k, self.c, self.tp
+        return gemm.GemmSpec(ALPHA * ALPHA, k, tp, c, (0, k * c, c, 1), (0, c * tp, tp, 1))
+
+
+def _mode(spec: Any) -> str:
+    mode = str(settings.get("PLAIT_WINOGRAD_CL"))
+    if mode not in ("off", "auto", "2"):
+        win = spec.conv
+        raise PlaitError(
+            f"3x3 convolution {win.n}x{win.c}x{win.h}x{win.w} -> {spec.m} channels on OpenCL:"
+            f" PLAIT_WINOGRAD_CL={mode!r} is not one of off, auto, 2; unset it for the implicit GEMM"
+        )
+    return mode
+
+
+def pick(spec: Any) -> WinogradCLPlan | None:
+    """A Winograd plan for the implicit-convolution GEMM `spec`, or None where the implicit GEMM runs it.
+
+    PLAIT_WINOGRAD_CL: 'off' (the default) never, '2' every eligible convolution, 'auto' those with at least
+    MIN_CHANNELS input and output channels, more than one image and MIN_TILES tiles."""
+    if spec.conv is None or not winograd_c.eligible(spec) or spec.inner not in (1, spec.batch):
+        return None
+    mode = _mode(spec)
+    win = spec.conv
+    # the images are the outer batch dim (inner 1) or the inner one (inner = batch), each with its own stride
+    image = (spec.b[0], spec.b[1] if spec.inner == 1 else spec.b_inner)
+    plan = WinogradCLPlan(
+        win.n, win.c, spec.m, win.h, win.w, win.oh, win.ow, win.ph, win.pw, image, (spec.a[0], *spec.a[2:])
+    )
+    if mode == "off":
+        return None
+    if mode == "auto" and (min(win.c, spec.m) < MIN_CHANNELS or win.n < 2 or plan.tiles < MIN_TILES):
+        return None
+    return plan
+
+
+def _idx(*sizes: int) -> str:
+    """The C index type for offsets up to the largest of `sizes` elements."""
+    return "long" if max(sizes) >= 2**31 else "int"
+
+
+def _named(stem: str, src: str, gs: tuple[int, ...], ls: tuple[int, ...]) -> RenderedKernel:
+    name = f"{stem}_{hashlib.sha256(src.encode()).hexdigest()[:10]}"
+    return RenderedKernel(name, src.replace("KERNEL_NAME", name), gs, ls)
+
+
+def _sandwich(mat: winograd_c._Mat, src: list[list[str]], tmp: str) -> tuple[str, list[list[str]]]:
+    lines, out = winograd_c._sandwich(mat, src, tmp, "  ")
+    return "\n".join(lines) + "\n", out
+
+
+def _grid(cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return (-(-cols // LOCAL) * LOCAL,), (LOCAL,)
+
+
+def render_weight(p: WinogradCLPlan) -> RenderedKernel:
+    """U[xi][k][c] = (G w[k, c] G^T)[xi], one work-item per (k, c) from the (K, C*9) weight view."""
+    _, g, _ = winograd_c.TRANSFORMS[2]
+    ao, sam, sak = p.w_view
+    it = _idx(p.k * p.c * 16, ao + p.k * sam)
+    src = [[f"w[{(u * 3 + v) * sak}]" for v in range(3)] for u in range(3)]
+    body, out = _sandwich(g, src, "u")
+    stores = "".join(
+        f"  U[{a * ALPHA + b} * {p.k * p.c}{'L' if it == 'long' else ''} + q] = {out[a][b]};\n"
+        for a in range(ALPHA)
+        for b in range(ALPHA)
+    )
+    src_text = f"""__kernel void KERNEL_NAME(__global float* restrict U, __global const float* restrict W) {{
+  const {it} q = get_global_id(0);
+  if (q >= {p.k * p.c}) return;
+  const {it} k = q / {p.c}, c = q % {p.c};
+  __global const float* w = W + {ao} + k * {sam} + c * {9 * sak};
+{body}{stores}}}
+"""
+    return _named(f"WINOW2_{p.k}x{p.c}", src_text, *_grid(p.k * p.c))
+
+
+def render_input(p: WinogradCLPlan) -> RenderedKernel:
+    """V[xi][c][t] = (B^T d B)[xi] of the 4x4 input tile d of tile t in channel c (zeros outside the image and for
+    the padding columns t >= T), one work-item per (t, c): neighbouring work-items write neighbouring columns."""
+    bt, _, _ = winograd_c.TRANSFORMS[2]
+    xo, xs = p.x_view
+    it = _idx(16 * p.c * p.tp, xo + p.n * xs)
+    per = p.th * p.tw
+    loads = "".join(
+        f"  const float d{u}_{v} = (t < {p.tiles} && (uint)(y0 + {u}) < {p.h}u && (uint)(x0 + {v}) < {p.w}u)"
+        f" ? X[o + (y0 + {u}) * {p.w} + x0 + {v}] : 0.0f;\n"
+        for u in range(ALPHA)
+        for v in range(ALPHA)
+    )
+    body, out = _sandwich(bt, [[f"d{u}_{v}" for v in range(ALPHA)] for u in range(ALPHA)], "v")
+    plane = f"{p.c * p.tp}{'L' if it == 'long' else ''}"
+    stores = "".join(
+        f"  V[{a * ALPHA + b} * {plane} + c * {p.tp} + t] = {out[a][b]};\n" for a in range(ALPHA) for b in range(ALPHA)
+    )
+    src_text = f"""__kernel void KERNEL_NAME(__global float* restrict V, __global const float* restrict X) {{
+  const {it} t = get_global_id(0), c = get_global_id(1);
+  if (t >= {p.tp}) return;
+  const {it} img = t / {per}, r = t % {per};
+  const int y0 = (int)(r / {p.tw}) * 2 - {p.ph}, x0 = (int)(r % {p.tw}) * 2 - {p.pw};
+  /* (y0, x0): the tile's top-left corner, possibly outside the image; only in-image elements are read */
+  const {it} o = {xo} + img * {xs} + c * {p.h * p.w};
+{loads}{body}{stores}}}
+"""
+    gs, ls = _grid(p.tp)
+    return _named(f"WINOIN2_{p.n}x{p.c}x{p.h}x{p.w}", src_text, (gs[0], p.c), (ls[0], 1))
+
+
+def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> RenderedKernel:
+    """The output transform Y = A^T M A of each tile t and output channel gm from the 16 products M (16, K, T),
+    then `epi` on each of the tile's 2x2 outputs inside the image, stored in NCHW order."""
+    _, _, at = winograd_c.TRANSFORMS[2]
+    plane, positions = p.k * p.tp, p.oh * p.ow
+    it = _idx(16 * plane, p.n * p.k * positions)
+    lit = "L" if it == "long" else ""
+    loads = "".join(
+        f"  const float m{u}_{v} = M[{u * ALPHA + v} * {plane}{lit} + mo];\n"
+        for u in range(ALPHA)
+        for v in range(ALPHA)
+    )
+    body, out = _sandwich(at, [[f"m{u}_{v}" for v in range(ALPHA)] for u in range(ALPHA)], "o")
+    index = f"(bz * {p.k} + gm) * {positions}{lit} + gp"
+    coords = gemm._tile_coords(epi.root.shape, p.n, p.k, positions, "gm", "gp") if epi is not None else None
+    stmts, res, params = gemm._epi(r, epi, "v", index, "      ", it, coords)
+    src_text = f"""__kernel void KERNEL_NAME(__global float* restrict Y, __global const float* restrict M{params}) {{
+  const {it} t = get_global_id(0), gm = get_global_id(1);
+  if (t >= {p.tiles}) return;
+  const {it} bz = t / {p.th * p.tw}, r = t % {p.th * p.tw}, mo = gm * {p.tp} + t;
+  const int oy = (int)(r / {p.tw}) * 2, ox = (int)(r % {p.tw}) * 2;
+{loads}{body}  const float ys[4] = {{{", ".join(out[a][b] for a in range(2) for b in range(2))}}};
+  for (int q = 0; q < 4; q++) {{
+    if (oy + (q >> 1) < {p.oh} && ox + (q & 1) < {p.ow}) {{
+      const {it} gp = (oy + (q >> 1)) * {p.ow} + ox + (q & 1);
+      const float v = ys[q];
+{stmts}      Y[{index}] = {res};
+    }}
+  }}
+}}
+"""
+    gs, ls = _grid(p.tiles)
+    return _named(f"WINOOUT2_{p.n}x{p.k}x{positions}x{p.c * 9}", src_text, (gs[0], p.k), (ls[0], 1))
