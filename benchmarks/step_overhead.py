@@ -20,15 +20,12 @@ from plait.bench.runners import freeze_dropout
 from plait.frontends.native.jit import CompiledStep
 
 
-def _median_ms(fn: Callable[[], Any], sync: Callable[[], None], iters: int) -> float:
-    times = []
-    for _ in range(iters):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+def _timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return (time.perf_counter() - t0) * 1e3
 
 
 def _step_fn(model: Any, opt: plait.optim.Optimizer) -> Callable[[plait.Tensor, plait.Tensor], plait.Tensor]:
@@ -45,16 +42,21 @@ def _step_fn(model: Any, opt: plait.optim.Optimizer) -> Callable[[plait.Tensor, 
 
 
 def measure(name: str, batch: int, device: str, iters: int) -> dict[str, float]:
+    """Median ms of the eager step, the replayed step and the replay's launches alone, taken in turns (one of each
+    per round) so that load from other jobs on a shared machine falls on all three alike."""
     bm = get(name)
     xs, ys = bm.inputs(batch)
-    model = bm.plait_factory(device).train()
-    freeze_dropout(model)
-    step = _step_fn(model, plait.optim.SGD(model.parameters(), lr=0.01))
-    compiled = plait.compile_step(step, device=device)
+    steps = []
+    for _ in range(2):  # one model stepped eagerly, one compiled: an eager step would re-point the compiled one
+        model = bm.plait_factory(device).train()
+        freeze_dropout(model)
+        steps.append(_step_fn(model, plait.optim.SGD(model.parameters(), lr=0.01)))
+    eager, compiled = steps[0], plait.compile_step(steps[1], device=device)
     assert isinstance(compiled, CompiledStep)
     x, y = plait.tensor(xs, device=device), plait.tensor(ys, device=device)
     sync = plait.runtime.get_device(device).synchronize
     for _ in range(3):  # compile the kernels, then trace twice
+        eager(x, y)
         compiled(x, y)
     replay = next(iter(compiled.traces.values())).replay
     assert replay is not None
@@ -63,10 +65,14 @@ def measure(name: str, batch: int, device: str, iters: int) -> dict[str, float]:
         for launch in replay.launches:
             launch()
 
-    eager = _median_ms(lambda: step(x, y), sync, iters)
-    replayed = _median_ms(lambda: compiled(x, y), sync, iters)
-    kernels = _median_ms(launches, sync, iters)
-    return {"eager": eager, "replayed": replayed, "kernels": kernels, "launches": len(replay.launches)}
+    times: dict[str, list[float]] = {"eager": [], "replayed": [], "kernels": []}
+    for _ in range(iters):
+        times["eager"].append(_timed_ms(lambda: eager(x, y), sync))
+        times["replayed"].append(_timed_ms(lambda: compiled(x, y), sync))
+        times["kernels"].append(_timed_ms(launches, sync))
+    out = {k: statistics.median(v) for k, v in times.items()}
+    out["launches"] = len(replay.launches)
+    return out
 
 
 def main() -> None:
