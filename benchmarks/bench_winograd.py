@@ -8,6 +8,11 @@ drawn from.
 
     OMP_WAIT_POLICY=PASSIVE PLAIT_NUM_THREADS=2 .venv/bin/python benchmarks/bench_winograd.py --batch 1 16
     PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_winograd.py --batch 1 --cpu-time
+    PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_winograd.py --models resnet18 vgg16 --batch 1 --cpu-time
+
+With `--models`, whole benchmark networks (plait.models, eval mode, traced under plait.no_grad as an inference
+plan) are timed instead: the sum of their kernels' best times, the implicit GEMM everywhere against the per-layer
+choice.
 """
 
 from __future__ import annotations
@@ -69,6 +74,40 @@ def _times(plans: list[Any], repeats: int, budget: float, cpu: bool) -> list[flo
     return best
 
 
+def _model_plans(name: str, batch: int) -> list[Any]:
+    """An inference plan of benchmark network `name` with PLAIT_WINOGRAD off, then with the per-layer choice."""
+    import plait.nn as pnn
+    from plait.models import architectures
+
+    model = architectures.builders(pnn)[name]()
+    model.eval()
+    x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+    plans = []
+    for mode in ("off", "auto"):
+        with settings.override(PLAIT_WINOGRAD=mode), plait.no_grad():
+            f = plait.jit(lambda t: model(t), device="cpu")
+            plans.append(f.plan_for([x])[0])
+            f(x)
+    return plans
+
+
+def _kernel_sum(plans: list[Any], repeats: int, cpu: bool) -> list[tuple[float, float]]:
+    """Per plan: (sum over its kernels of each kernel's best time, of which Winograd and weight-transform kernels)."""
+    clock = time.thread_time if cpu else time.perf_counter
+    best = [[float("inf")] * len(p.launches) for p in plans]
+    for _ in range(repeats):
+        for p, b in zip(plans, best, strict=True):
+            for i, launch in enumerate(p.launches):
+                t0 = clock()
+                launch()
+                b[i] = min(b[i], clock() - t0)
+    out = []
+    for p, b in zip(plans, best, strict=True):
+        wino = sum(t for t, k in zip(b, p.kernels, strict=True) if k.name.startswith("WINO"))
+        out.append((sum(b), wino))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16])
@@ -76,7 +115,17 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=6.0, help="per layer")
     ap.add_argument("--max-hw", type=int, default=224, help="skip layers with larger images")
     ap.add_argument("--cpu-time", action="store_true", help="time the calling thread's CPU time (one thread)")
+    ap.add_argument("--models", nargs="+", default=[], help="time whole networks instead of single layers")
     args = ap.parse_args()
+    if args.models:
+        print("model batch  implicit ms  per-layer choice ms (of which Winograd)  speedup")
+        for name in args.models:
+            for batch in args.batch:
+                (off, _), (auto, wino) = _kernel_sum(_model_plans(name, batch), args.repeats, args.cpu_time)
+                print(
+                    f"{name} {batch} {off * 1e3:.1f} {auto * 1e3:.1f} ({wino * 1e3:.1f}) {off / auto:.2f}", flush=True
+                )
+        return
     print("batch  c_in c_out  hw   implicit ms   F(2,3) ms   F(4,3) ms   speedup F2  speedup F4")
     for batch in args.batch:
         for c, k, hw in LAYERS:

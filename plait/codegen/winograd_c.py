@@ -67,7 +67,10 @@ V_BUDGET = 8 << 20  # bytes of transformed input tiles held at once (a chunk of 
 TARGET_TILES = 128  # most tiles per block: their transformed inputs (one panel row per channel) stay in L2
 MIN_CHANNELS = 32  # fewer input or output channels stay on the implicit GEMM
 PER_CALL_MIN_POSITIONS = 2048  # output positions (batch x plane) that pay for a weight transform on every call
-MIN_TILES = 16  # fewest output tiles (one vector of tile columns) for a Winograd tile size
+# fewest output tiles for each tile size: F(2,3) needs one 16-wide vector of tiles; F(4,3), whose U is 2.25x F(2,3)'s,
+# lost to F(2,3) on 16 tiles (14x14 at batch 1: 1.45x against 1.67x over the implicit GEMM) and won from 49 on
+MIN_TILES_F4 = 32
+MIN_TILES_F2 = 16
 U_CACHED = 1 << 20  # bytes of transformed weights that stay in L2 from one tile block to the next
 
 
@@ -168,11 +171,11 @@ def _tile_m(spec: Any, constant_weight: bool) -> int | None:
     if not constant_weight and win.n * win.oh * win.ow < PER_CALL_MIN_POSITIONS:
         return None  # a weight transform on every call costs more than a small output saves
     tiles = {m: win.n * -(-win.oh // m) * -(-win.ow // m) for m in (2, 4)}
-    # F(4, 3) wins wherever a block has enough tiles to share U (4x the weight) over; 7x7 outputs at batch 1 have
-    # 4 tiles (padded to a 16-wide panel), so they take F(2, 3)'s 16 tiles, and fewer still stay on the GEMM
-    if tiles[4] >= MIN_TILES:
+    # F(4, 3) wins wherever there are enough tiles to share U (4x the weight) over; 7x7 and 14x14 outputs at batch 1
+    # have 4 and 16, so they take F(2, 3) (16 and 49 tiles), and fewer still stay on the GEMM
+    if tiles[4] >= MIN_TILES_F4:
         return 4
-    if tiles[2] >= MIN_TILES:
+    if tiles[2] >= MIN_TILES_F2:
         return 2
     return None
 

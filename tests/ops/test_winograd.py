@@ -136,7 +136,8 @@ def test_winograd_eager_replays_transform_with_new_weights():
 @pytest.mark.parametrize(
     ("geo", "stride", "want"),
     [
-        ((1, 64, 64, 16, 16), 1, "WINO4"),  # 16 tiles of 4x4: F(4,3)
+        ((2, 64, 64, 16, 16), 1, "WINO4"),  # 32 tiles of 4x4: F(4,3)
+        ((1, 64, 64, 14, 14), 1, "WINO2"),  # batch-1 14x14: 16 tiles of 4x4 share U too little; 49 of 2x2
         ((1, 64, 64, 7, 7), 1, "WINO2"),  # batch-1 7x7: 4 tiles of 4x4 would pad a panel 4x; 16 of 2x2
         ((1, 16, 64, 16, 16), 1, "CONV"),  # few input channels: transforms cost what they save
         ((1, 64, 64, 16, 16), 2, "CONV"),  # strided: no Winograd
@@ -166,3 +167,26 @@ def test_winograd_setting_rejects_unknown_value():
     weight = plait.tensor(wt, device="cpu")
     with settings.override(PLAIT_WINOGRAD="fast"), pytest.raises(PlaitError, match="PLAIT_WINOGRAD='fast'"):
         plait.jit(lambda t: F.conv2d(t, weight, None, padding=1), device="cpu").plan_for([x])
+
+
+@pytest.mark.parametrize("mode", ["2", "4", "auto"])
+def test_resnet18_inference_plan_matches_torch(mode):
+    """A whole network's inference plan (every 3x3 stride-1 convolution on Winograd where the mode applies it, BN
+    and residual adds in its epilogues) against PyTorch eager, within 1e-3 of the largest logit as the ONNX
+    benchmark checks."""
+    from plait.models.torch_reference import build
+
+    torch.manual_seed(0)
+    ref_model = build("resnet18", num_classes=10).eval()
+    model = plait.models.resnet18(num_classes=10).eval()
+    model.load_state_dict(ref_model.state_dict())
+    x = np.random.default_rng(0).standard_normal((2, 3, 96, 96)).astype(np.float32)
+    with settings.override(PLAIT_WINOGRAD=mode), plait.no_grad():
+        f = plait.jit(lambda t: model(t), device="cpu")
+        plan, _ = f.plan_for([x])
+        got = f(x)
+    assert any(k.startswith("WINO") for k in _kinds(plan))
+    with torch.no_grad():
+        want = ref_model(torch.tensor(x)).numpy()
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-3 * scale)
