@@ -2,7 +2,7 @@
 edges, padding 0, 1 and 2, batches, channel counts off the vector width, the 16 products on the 3xTF32 GEMM (its
 portable twin where the device has no tensor cores) and on the FP32 template or GEMV, fused epilogues, the weight
 transform run once per plan for constant weights and per call for weights that are plan inputs or eager leaves,
-and the per-layer choice of PLAIT_WINOGRAD_CL.
+and the per-layer choice of PLAIT_WINOGRAD_CL (default 'auto').
 
 Tolerance: the transforms add inputs before the products (F(2,3)'s coefficients are 0, +-1 and 1/2), so the FP32
 rounding error grows a little past a direct sum's: every output element must be within TOL times the largest
@@ -152,11 +152,16 @@ def test_winograd_cl_eager_replays_with_new_weights(device):
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
-def test_winograd_cl_off_by_default(device):
-    x, wt, b = _data(2, 8, 20, 9, 9)
+@pytest.mark.parametrize(("c", "winograd"), [(128, True), (64, False)])
+def test_winograd_cl_default_choice(device, c, winograd):
+    """By default ('auto') a 128-channel layer with 2048 tiles runs with Winograd, a 64-channel one on the GEMM."""
+    n, k, h, w = 2, 128, 64, 64
+    x, wt, b = _data(n, c, k, h, w)
     weight, bias = plait.tensor(wt, device=device), plait.tensor(b, device=device)
-    plan, _ = plait.jit(lambda t: F.conv2d(t, weight, bias, padding=1), device=device).plan_for([x])
-    assert not any(kind.startswith("WINO") for kind in _kinds(plan)), _kinds(plan)
+    f = plait.jit(lambda t: F.conv2d(t, weight, bias, padding=1).relu(), device=device)
+    plan, _ = f.plan_for([x])
+    assert any(kind.startswith("WINO") for kind in _kinds(plan)) == winograd, _kinds(plan)
+    _check(f(x), _ref(x, wt, b, 1), f"default choice, {c} channels in")
 
 
 def _spec(n, c, k, h, w, stride=1, pad=1):
