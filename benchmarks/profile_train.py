@@ -26,7 +26,14 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--limit", type=int, default=25, help="kernels listed per model (slowest first)")
+    ap.add_argument(
+        "--per-image", action="store_true", help="convolutions in the per-image form (products summed over the batch)"
+    )
     args = ap.parse_args()
+    if args.per_image:
+        import plait.nn.functional as F
+
+        F.FOLD_MIN_ROWS = 1 << 30  # no convolution has that many rows per group: none takes the folded form
     for name in args.models.split(","):
         spec = get(name)
         torch.manual_seed(0)
@@ -44,7 +51,8 @@ def main() -> None:
         plan = Plan([loss.node, *grads.values()])
         plan.run()
         report = profile_plan(plan, args.reps)
-        print(f"== {name} b{args.batch} on {args.device}")
+        form = "per-image" if args.per_image else "folded"
+        print(f"== {name} b{args.batch} on {args.device}, training convolutions {form}")
         print(format_report(report.as_dict(), args.limit))
 
 
