@@ -283,20 +283,19 @@ class CStyleRenderer:
         red = tuple(src.shape[a] for a in axes)
         head, cs = self._row_coords(b, keep)
         ocs = cs if cs is not None else b.coords(Idx(keep, linear="gid"))
-        nan_flag = src.dtype.is_float and op in ("max", "min")
+        # NaN propagates as in NumPy: a NaN term is taken, and once acc is NaN no comparison replaces it (one select
+        # per term; a separate flag costs a vector loop several times more)
+        nan_ok = src.dtype.is_float and op in ("max", "min")
         b.lines.append(f"{self.compute_type(src.dtype)} acc = {self.literal(_reduce_init(op, src.dtype), src.dtype)};")
-        if nan_flag:
-            b.lines.append("int nanf = 0;")
         for r in range(math.prod(red)):
             full = list(ocs)
             for a, c in zip(axes, _unravel(r, red), strict=True):
                 full[a] = str(c)
             v = b.value(src, Idx(src.shape, coords=full))
-            b.lines.append("acc = " + _combine(op, "acc", v) + ";")
-            if nan_flag:
-                b.lines.append(f"nanf |= {v} != {v};")
-        if nan_flag:
-            b.lines.append("if (nanf) acc = NAN;")
+            if nan_ok:
+                b.lines.append(f"acc = ({v} {'>' if op == 'max' else '<'} acc || {v} != {v}) ? {v} : acc;")
+            else:
+                b.lines.append("acc = " + _combine(op, "acc", v) + ";")
         b.lines.append(self.store(out.dtype, "b0", "gid", "acc"))
         simd_ok = b.cat_parts <= MAX_SIMD_CAT_PARTS
         body, gs, ls = self._loop(b, head, keep, out.size, b.idx_t, out.size * len(b.lines), simd_ok)

@@ -71,3 +71,16 @@ def test_cpu_kernels_loop_rows_and_unroll_short_reductions():
     sources = [k.source for k in plan.kernels]
     assert sources and all("for (int j = 0; j <" in s for s in sources), sources
     assert not any("reduction(max" in s for s in sources), sources
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_short_reductions_propagate_nan(device, op):
+    """A NaN anywhere in a short (unrolled) reduction wins, first term included, as in NumPy; infinities do not."""
+    a = rand((4, 6, 20), "float32", seed=9)
+    a[0, 0, 3] = np.nan
+    a[1, 2, 5] = np.nan
+    a[2, 5, 7] = np.nan
+    a[3, 1, 9] = np.inf
+    a[3, 4, 9] = -np.inf
+    got = getattr(plait.tensor(a, device=device), op)(axis=1).numpy()
+    assert_close(got, getattr(np, op)(a, axis=1), "float32", f"{op} with NaN on {device}")
