@@ -193,3 +193,30 @@ def test_winograd_cl_auto_choice(geo, stride, chosen):
 def test_winograd_cl_setting_rejects_unknown_value():
     with settings.override(PLAIT_WINOGRAD_CL="fast"), pytest.raises(PlaitError, match="PLAIT_WINOGRAD_CL='fast'"):
         winograd_cl.pick(_spec(2, 64, 64, 8, 8))
+
+
+@pytest.fixture
+def fresh_tuning(tmp_path, monkeypatch):
+    """An empty tuning cache, so no other test's winners leak in and none of these leak out."""
+    monkeypatch.setattr(plait.tune, "_memo", {})
+    with settings.override(PLAIT_CACHE_DIR=str(tmp_path)):
+        yield
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_winograd_cl_products_are_tuned(device, fresh_tuning):
+    """`plait tune` searches the 16 products like any other GEMM; the plan built after it reads the cached knobs
+    and still matches torch."""
+    from plait.tune.model import tune_plan
+
+    n, c, k, h, w = 2, 16, 20, 10, 9
+    x, wt, b = _data(n, c, k, h, w)
+    weight, bias = plait.tensor(wt, device=device), plait.tensor(b, device=device)
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
+        f = plait.jit(lambda t: F.conv2d(t, weight, bias, padding=1).relu(), device=device)
+        plan, _ = f.plan_for([x])
+        f(x)
+        report = tune_plan(plan, budget_s=120, reps=2, log=lambda s: None)
+        assert [t.shape for t in report.tuned] == [f"16x{k}x52x{c}"]  # 50 tiles, padded to a multiple of 4
+        g = plait.jit(lambda t: F.conv2d(t, weight, bias, padding=1).relu(), device=device)
+        _check(g(x), _ref(x, wt, b, 1), "after tuning")
