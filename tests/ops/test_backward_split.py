@@ -43,3 +43,37 @@ def test_weight_gradient_matches_torch(device: str) -> None:
     # each weight-gradient entry sums 2048 products (values up to ~150): float32 rounding of that order
     assert_close(gw.numpy(), wt.grad.numpy(), "float32", "conv2d weight gradient (split over K)", tol_scale=10)
     assert_close(gx.numpy(), xt.grad.numpy(), "float32", "conv2d input gradient")
+
+
+def _bn_grads(device: str, shape: tuple[int, int, int, int]):
+    x = plait.tensor(rand(shape, seed=1), device=device, requires_grad=True)
+    w = plait.tensor(rand((shape[1],), seed=2), device=device, requires_grad=True)
+    g = rand(shape, seed=3)
+    out = F.batch_norm(x, None, None, w, None, training=True)
+    loss = (out.relu() * plait.tensor(g, device=device)).sum()
+    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+    return autodiff.gradients(loss.node, seed, [x.node, w.node]), (x, w, g)
+
+
+def test_batch_norm_channel_sums_split_on_wide_devices() -> None:
+    """Per-channel sums of a training batch norm (128 channels over 32768 values) split into partial sums where
+    reductions split 256 ways (OpenCL), and stay one pass per channel where they split 16 ways (cpu)."""
+    grads, (x, w, _) = _bn_grads("cpu", (8, 128, 64, 64))
+    outs = [grads[x.node.uid], grads[w.node.uid]]
+    wide = schedule(outs, 256)
+    assert any(it.out.op == "rsplit" for it in wide)
+    grads, (x, w, _) = _bn_grads("cpu", (8, 128, 64, 64))
+    narrow = schedule([grads[x.node.uid], grads[w.node.uid]], 16)
+    assert not any(it.out.op == "rsplit" for it in narrow)
+
+
+def test_batch_norm_gradient_matches_torch(device: str) -> None:
+    grads, (x, w, g) = _bn_grads(device, (16, 64, 64, 32))
+    xt = torch.tensor(x.numpy(), requires_grad=True)
+    wt = torch.tensor(w.numpy(), requires_grad=True)
+    out = torch.nn.functional.batch_norm(xt, None, None, wt, None, training=True)
+    (out.relu() * torch.tensor(g)).sum().backward()
+    gx, gw = plait.Tensor(grads[x.node.uid]), plait.Tensor(grads[w.node.uid])
+    # sums over 32768 values per channel: float32 rounding of that order in either framework
+    assert_close(gw.numpy(), wt.grad.numpy(), "float32", "batch norm weight gradient", tol_scale=10)
+    assert_close(gx.numpy(), xt.grad.numpy(), "float32", "batch norm input gradient", tol_scale=10)
