@@ -55,6 +55,7 @@ def assign(t: Tensor, node: Node) -> None:
         node = fresh
     t.node = node
     if was_leaf:
+        node.rg = True  # still the same trainable leaf: not a requires_grad change that re-traces compiled steps
         t.requires_grad_(True)
 
 
@@ -194,6 +195,8 @@ class Module:
 
     def train(self, mode: bool = True) -> Module:
         for m in self.modules():
+            if m.training != mode:
+                _tensor.STEP_SHAPING_CHANGES[0] += 1  # a compiled step traced in the other mode must be traced again
             object.__setattr__(m, "training", mode)
         return self
 

@@ -312,3 +312,22 @@ def test_dropout_masks_are_drawn_afresh_on_replay() -> None:
     }
     for got, want in zip(run(True), run(False), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_mode_switch_and_frozen_parameters_are_traced_again() -> None:
+    """eval() (BatchNorm then uses its running statistics) and requires_grad_(False) change the step's kernels
+    from outside its arguments: the compiled step traces again instead of replaying the old kernels."""
+    p, t = _mlp_pair("cpu")
+    po = plait.optim.SGD(p.parameters(), lr=0.1, momentum=0.9)
+    to = torch.optim.SGD(t.parameters(), lr=0.1, momentum=0.9)
+    step, ref = _plait_step(p, po), _torch_step(t, to)
+    batches = _batches((5, 6), 12)
+    for i, (x, y) in enumerate(batches):
+        if i == 4:
+            p.eval()
+            t.eval()
+        if i == 8:
+            p[0].weight.requires_grad_(False)
+            t[0].weight.requires_grad_(False)
+        np.testing.assert_allclose(step(x, y).item(), ref(x, y), rtol=1e-5)
+    _assert_same_state(p, t)

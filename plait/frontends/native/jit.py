@@ -19,9 +19,9 @@ import numpy as np
 
 from plait import dtypes
 from plait.errors import PlaitError, TraceError
-from plait.frontends.native.tensor import _LEAVES, Tensor
+from plait.frontends.native.tensor import _LEAVES, STEP_SHAPING_CHANGES, Tensor
 from plait.graph.autodiff import no_grad
-from plait.graph.node import Node
+from plait.graph.node import GRAD_MODE, Node
 from plait.runtime import canonical, default_device, get_device
 from plait.runtime.base import Buffer
 from plait.schedule.plan import Capture, Plan, attach, capture, realize
@@ -71,9 +71,14 @@ class CompiledStep:
         self.device = canonical(device) if device else default_device()
         self.traces: dict[Any, _Trace] = {}
         self.calls = 0
+        self.shaping = (STEP_SHAPING_CHANGES[0], GRAD_MODE[0])
 
     def __call__(self, *args: Any) -> Any:
         self.calls += 1
+        if self.shaping != (STEP_SHAPING_CHANGES[0], GRAD_MODE[0]):
+            # a module switched train/eval, a parameter was frozen, or grad mode differs: every trace may be wrong
+            self.shaping = (STEP_SHAPING_CHANGES[0], GRAD_MODE[0])
+            self.traces.clear()
         key = tuple(_arg_key(a) for a in args)
         trace = self.traces.setdefault(key, _Trace())
         if trace.replay is not None:

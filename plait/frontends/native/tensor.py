@@ -30,6 +30,9 @@ from plait.schedule.plan import attach, read, realize, record_upload
 
 Scalar = int | float | bool
 _LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# bumped when something outside a step's arguments changes which kernels the step launches (a module's train/eval
+# mode, a leaf's requires_grad); plait.compile_step traces again when it moved
+STEP_SHAPING_CHANGES = [0]
 
 
 def _norm_axes(axis: int | Sequence[int] | None, ndim: int, op: str) -> tuple[int, ...]:
@@ -161,6 +164,8 @@ class Tensor:
             raise PlaitError(f"only floating-point tensors can require gradients, this one is {self.dtype.name}")
         if self.node.srcs and flag:
             raise PlaitError("requires_grad can only be set on leaf tensors; use .detach().requires_grad_()")
+        if self.node.rg != flag:
+            STEP_SHAPING_CHANGES[0] += 1
         self.node.rg = flag
         if flag:
             _LEAVES[self.node.uid] = self
