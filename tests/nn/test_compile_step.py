@@ -331,3 +331,16 @@ def test_mode_switch_and_frozen_parameters_are_traced_again() -> None:
             t[0].weight.requires_grad_(False)
         np.testing.assert_allclose(step(x, y).item(), ref(x, y), rtol=1e-5)
     _assert_same_state(p, t)
+
+
+def test_only_recent_signatures_keep_a_trace() -> None:
+    from plait.frontends.native.jit import MAX_TRACES
+
+    p, t = _mlp_pair("cpu")
+    po, to = plait.optim.SGD(p.parameters(), lr=0.1), torch.optim.SGD(t.parameters(), lr=0.1)
+    step, ref = _plait_step(p, po), _torch_step(t, to)
+    for rows in range(2, MAX_TRACES + 4):  # a batch size per call, as variable sequence lengths would give
+        x, y = _batches((rows, 6), 1)[0]
+        np.testing.assert_allclose(step(x, y).item(), ref(x, y), rtol=1e-5)
+    assert len(step.traces) == MAX_TRACES
+    _assert_same_state(p, t)

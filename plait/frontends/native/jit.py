@@ -12,6 +12,7 @@ graph is built, nothing is rendered or compiled.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +63,9 @@ def jit(fn: Callable[..., Any] | None = None, device: str | None = None) -> Any:
     return Jit(fn, device)
 
 
+MAX_TRACES = 8  # input signatures a compiled step keeps traces of (variable sequence lengths would grow without end)
+
+
 class CompiledStep:
     """A step function (forward, loss.backward(), optimizer.step(): anything that updates tensors in place) that runs
     as a replay of the kernels it launched, with no graph work in Python. See `compile_step`."""
@@ -69,7 +73,7 @@ class CompiledStep:
     def __init__(self, fn: Callable[..., Any], device: str | None = None):
         self.fn = fn
         self.device = canonical(device) if device else default_device()
-        self.traces: dict[Any, _Trace] = {}
+        self.traces: OrderedDict[Any, _Trace] = OrderedDict()  # most recently used last
         self.calls = 0
         self.shaping = (STEP_SHAPING_CHANGES[0], GRAD_MODE[0])
 
@@ -81,6 +85,9 @@ class CompiledStep:
             self.traces.clear()
         key = tuple(_arg_key(a) for a in args)
         trace = self.traces.setdefault(key, _Trace())
+        self.traces.move_to_end(key)
+        if len(self.traces) > MAX_TRACES:  # each replay holds a whole step's buffers: keep the recent signatures
+            self.traces.popitem(last=False)
         if trace.replay is not None:
             if trace.replay.still_bound():
                 return trace.replay(args)
