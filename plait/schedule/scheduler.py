@@ -101,13 +101,14 @@ def _split_k(order: list[Node], keep: set[int]) -> bool:
         own = set() if strided_view(a, set()) is not None else {a.uid}
         if own:
             # A is a gradient realized for this product (training): its chunks view that buffer (a reshape node of
-            # its own, as reshape() would fold it into A's movement chain); a B stored transposed (a convolution's
-            # patch columns) is chunked along K in the stored layout
+            # its own, as reshape() would fold it into A's movement chain)
             pa = permute(Node("reshape", (a,), (m, parts, kc), (m, parts, kc), a.dtype, a.device), (1, 0, 2))
-            if b.op == "permute" and b.arg[-2:] == (len(b.shape) - 1, len(b.shape) - 2):
-                pb = permute(reshape(b.srcs[0], (n, parts, kc)), (1, 2, 0))
+        if b.op == "permute" and b.arg[-2:] == (len(b.shape) - 1, len(b.shape) - 2):
+            # a B stored transposed (a linear layer's weight read as W^T: alexnet's and vgg16's fc layers at batch
+            # 64 ran 128 work-groups; a training convolution's patch columns) is chunked along K in that layout
+            pb = permute(reshape(b.srcs[0], (n, parts, kc)), (1, 2, 0))
         if strided_view(pa, own) is None or strided_view(pb, set()) is None:
-            continue  # a chunk would not be a view (a transposed weight): splitting would copy the operand
+            continue  # a chunk would not be a view: splitting would copy the operand
         keep |= own
         partial = matmul(pa, pb)
         node.op, node.srcs, node.arg = "reshape", (reduce("sum", partial, (0,)),), node.shape
