@@ -1,0 +1,57 @@
+"""CPU time of one plan replay of a benchmark CNN exported to ONNX (as benchmarks/bench_onnx.py exports it) and run
+by plait.onnx on the `cpu` device, kernel by kernel, summed per kind of kernel, measured with `time.thread_time`.
+
+Run with one thread so each kernel runs on the calling thread and thread CPU time counts only its own cycles, which
+keeps numbers comparable on a machine that other jobs share (wall times there swing by tens of percent):
+
+    OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_onnx_kernels.py alexnet --batch 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from plait.onnx import InferenceSession
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_onnx import MODELS, export
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", choices=MODELS)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3, help="launches per kernel; the fastest counts")
+    ap.add_argument("--top", type=int, default=0, help="also list this many of the slowest kernels")
+    args = ap.parse_args()
+    sess = InferenceSession(export(args.model), device="cpu")
+    x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
+    sess.run(None, {"x": x})  # builds the plan and runs it once, so every kernel reads real data
+    plans = [c.plan for c in sess._plans.values() if c.plan is not None]
+    per: list[tuple[float, str]] = []
+    for kernel, launch in zip(plans[0].kernels, plans[0].launches, strict=True):
+        best = float("inf")
+        for _ in range(args.repeats):
+            t0 = time.thread_time()
+            launch()
+            best = min(best, time.thread_time() - t0)
+        per.append((best, kernel.name))
+    total: collections.Counter[str] = collections.Counter()
+    count: collections.Counter[str] = collections.Counter()
+    for t, name in per:
+        total[name.split("_")[0]] += t
+        count[name.split("_")[0]] += 1
+    kinds = ", ".join(f"{k} {count[k]} {v * 1e3:.1f}" for k, v in total.most_common())
+    print(f"{args.model} b{args.batch} (ONNX): {sum(total.values()) * 1e3:.1f} ms cpu, {len(per)} kernels: {kinds}")
+    for t, name in sorted(per, reverse=True)[: args.top]:
+        print(f"  {t * 1e3:8.2f} ms  {name}")
+
+
+if __name__ == "__main__":
+    main()
