@@ -62,7 +62,8 @@ def _render_depthwise(spec: GemmSpec, r: Any, epi: Epilogue | None) -> RenderedK
     """A depthwise convolution with each work-item computing a few neighbouring outputs of one row: it keeps the
     filter's taps in registers, loads each input row's span once (stride and dilation included) and sums the taps
     from registers. The window's index math runs once per work-item instead of once per tap of every output (the
-    per-column GEMV spent its time there: 38% of an H100's bandwidth at mobilenet_v2's batch-64 stride-1 layers)."""
+    per-column GEMV spent its time there: 38% of an H100's bandwidth at mobilenet_v2's batch-64 stride-1 layers).
+    The source is straight-line (scalar registers, no loops), so no compiler has to unroll it to keep them."""
     win = spec.conv
     assert win is not None
     oh, ow, vx = win.oh, win.ow, _row_segment(win.ow)
@@ -72,25 +73,24 @@ def _render_depthwise(spec: GemmSpec, r: Any, epi: Epilogue | None) -> RenderedK
     total = spec.batch * oh * segs
     idx = "long" if conv_wide(spec) or total >= 2**31 else "int"
     coords = _tile_coords(epi.root.shape, spec.batch, 1, spec.n, "0", "j") if epi is not None else None
-    stmts, res, params = _epi(r, epi, "acc[x]", f"bz * {spec.n} + j", "      ", idx, coords)
-    taps = "".join(f"  const float w{t} = a[{t * sak}];\n" for t in range(win.kh * win.kw))
-    rows = []
+    body = "".join(f"  const float w{t} = a[{t * sak}];\n" for t in range(win.kh * win.kw))
+    body += "".join(f"  float acc{x} = 0.0f;\n" for x in range(vx))
     for ky in range(win.kh):
+        loads = "".join(
+            f"    const float v{s} = (uint)(ix0 + {s}) < {win.w}u ? row[ix0 + {s}] : 0.0f;\n" for s in range(span)
+        )
         fmas = "".join(
-            f"      acc[{x}] = fma(w{ky * win.kw + kx}, v[{x * win.sw + kx * win.dw}], acc[{x}]);\n"
+            f"    acc{x} = fma(w{ky * win.kw + kx}, v{x * win.sw + kx * win.dw}, acc{x});\n"
             for x in range(vx)
             for kx in range(win.kw)
         )
-        rows.append(f"""  {{
-    const int iy = iy0 + {ky * win.dh};
-    if ((uint)iy < {win.h}u) {{
-      __global const float* row = b + iy * {win.w};
-      float v[{span}];
-#pragma unroll
-      for (int s = 0; s < {span}; s++) v[s] = (uint)(ix0 + s) < {win.w}u ? row[ix0 + s] : 0.0f;
-{fmas}    }}
-  }}
-""")
+        body += f"  if ((uint)(iy0 + {ky * win.dh}) < {win.h}u) {{\n"
+        body += f"    __global const float* row = b + (iy0 + {ky * win.dh}) * {win.w};\n{loads}{fmas}  }}\n"
+    params = ""
+    for x in range(vx):
+        stmts, res, params = _epi(r, epi, f"acc{x}", f"bz * {spec.n} + j", "    ", idx, coords)
+        guard = "" if ow % vx == 0 else f"if (ox0 + {x} < {ow}) "
+        body += f"  {guard}{{\n    const int j = oy * {ow} + ox0 + {x};\n{stmts}    c[j] = {res};\n  }}\n"
     src = f"""/* KERNEL_NAME */
 __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
   const {idx} g = get_global_id(0);
@@ -98,17 +98,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void KERNEL_NAME(__glo
   const {idx} bz = g / {oh * segs};
   const int q = (int)(g % {oh * segs}), oy = q / {segs}, ox0 = q % {segs} * {vx};
   const int iy0 = oy * {win.sh} - {win.ph}, ix0 = ox0 * {win.sw} - {win.pw};
-{_cl_operands(spec)}{taps}  float acc[{vx}];
-#pragma unroll
-  for (int x = 0; x < {vx}; x++) acc[x] = 0.0f;
-{"".join(rows)}#pragma unroll
-  for (int x = 0; x < {vx}; x++) {{
-    if (ox0 + x < {ow}) {{
-      const int j = oy * {ow} + ox0 + x;
-{stmts}      c[j] = {res};
-    }}
-  }}
-}}
+{_cl_operands(spec)}{body}}}
 """
     return _finish("GEMV", spec, src, (-(-total // 128) * 128,), (128,))
 

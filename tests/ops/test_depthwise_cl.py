@@ -47,7 +47,7 @@ def test_depthwise_kernel_matches_float64(device, geo):
     wt = rng.standard_normal((c, 1, kh, kw), dtype=np.float32)
     spec = _spec(*geo)
     kern = gemm_small.render(spec, get_device(device).renderer)
-    assert "ix0 + s" in kern.source, "expected the row-segment depthwise kernel"
+    assert "acc0" in kern.source and "v0" in kern.source, "expected the row-segment depthwise kernel"
     got = run_gemm_kernel(device, kern, spec.batch, 1, spec.n, wt, x)
     want = torch.nn.functional.conv2d(
         torch.from_numpy(x).double(), torch.from_numpy(wt).double(), None, stride, padding, dilation, c
