@@ -253,6 +253,7 @@ def schedule(
         for s in n.srcs:
             users[s.uid] = users.get(s.uid, 0) + 1
     cost: dict[int, int] = {}
+    shared = _shared_by_reductions(order)
     gemm_ops: dict[int, tuple[Node, Node, GemmSpec]] = {}
     for n in order:
         k = kind(n)
@@ -264,6 +265,8 @@ def schedule(
         c += sum(cost.get(s.uid, 0) for s in n.srcs if s.uid not in realize)
         cost[n.uid] = c
         if k == "elementwise" and (c > MAX_INLINE_COST or (users.get(n.uid, 0) > 1 and c > SHARED_INLINE_COST)):
+            realize.add(n.uid)
+        elif k == "elementwise" and c >= REDUCED_SHARED_COST and n.uid in shared:
             realize.add(n.uid)
         if n.op == "expand" and cost.get(n.srcs[0].uid, 0) > 2 and n.srcs[0].uid not in realize:
             realize.add(n.srcs[0].uid)
@@ -348,6 +351,39 @@ def _winograd(items: list[Item], constants_once: bool) -> list[Item]:
         u = winograd_weight(weight, plan)
         out.append(Item(u, [weight], "custom", extra={"constant": constant}))
         out.append(Item(it.out, [u, *it.inputs[1:]], "winograd", gemm=it.gemm, extra={**it.extra, "winograd": plan}))
+    return out
+
+
+REDUCED_SHARED_COST = 3  # an expression this costly, read by several reductions, is stored once for them
+
+
+def _shared_by_reductions(order: list[Node]) -> set[int]:
+    """Elementwise nodes that two or more reductions would each recompute while reading their inputs, and that are
+    the largest such expression (no elementwise reader of theirs is read by the same reductions). Stored once, the
+    reductions read one buffer instead of every buffer the expression reads: batch norm's backward makes 3-4
+    per-channel sums of the same upstream gradient (a ReLU mask, a pooling gradient), each had recomputed it."""
+    readers: dict[int, list[Node]] = {}
+    for n in order:
+        for s in n.srcs:
+            readers.setdefault(s.uid, []).append(n)
+    reach: dict[int, frozenset[int]] = {}
+    out: set[int] = set()
+    for n in reversed(order):
+        k = kind(n)
+        if k not in ("elementwise", "movement"):
+            continue
+        sets = []
+        for u in readers.get(n.uid, []):
+            ku = kind(u)
+            if ku == "reduce":
+                sets.append(frozenset((u.uid,)))
+            elif ku in ("elementwise", "movement"):
+                sets.append(reach.get(u.uid, frozenset()))
+        r = frozenset().union(*sets)
+        reach[n.uid] = r
+        inlined = [u for u in readers.get(n.uid, []) if kind(u) in ("elementwise", "movement")]
+        if k == "elementwise" and len(r) > 1 and all(reach.get(u.uid) != r for u in inlined):
+            out.add(n.uid)
     return out
 
 

@@ -78,3 +78,14 @@ def test_batch_norm_gradient_matches_torch(device: str) -> None:
     # sums over 32768 values per channel: float32 rounding of that order in either framework
     assert_close(gw.numpy(), wt.grad.numpy(), "float32", "batch norm weight gradient", tol_scale=10)
     assert_close(gx.numpy(), xt.grad.numpy(), "float32", "batch norm input gradient", tol_scale=10)
+
+
+def test_batch_norm_backward_reads_the_upstream_gradient_once() -> None:
+    """The gradient arriving at a training batch norm (here through a ReLU mask) is stored once and read by its
+    per-channel sums, instead of being recomputed from the forward buffers inside each of them."""
+    grads, (x, w, _) = _bn_grads("cpu", (4, 16, 8, 8))
+    items = schedule([grads[x.node.uid], grads[w.node.uid]], 16)
+    masked = [it.out for it in items if it.kind == "elementwise" and it.out.op == "where"]  # dy * relu'(out)
+    assert len(masked) == 1 and masked[0].shape == x.shape, [(it.kind, it.out.op) for it in items]
+    sums = [it for it in items if it.kind == "reduce" and masked[0] in it.inputs]
+    assert len(sums) >= 2
