@@ -29,11 +29,18 @@ def main() -> None:
     ap.add_argument(
         "--per-image", action="store_true", help="convolutions in the per-image form (products summed over the batch)"
     )
+    ap.add_argument(
+        "--recompute", action="store_true", help="reductions recompute shared expressions (none stored for them)"
+    )
     args = ap.parse_args()
     if args.per_image:
         import plait.nn.functional as F
 
         F.FOLD_MIN_ROWS = 1 << 30  # no convolution has that many rows per group: none takes the folded form
+    if args.recompute:
+        from plait.schedule import scheduler
+
+        scheduler.REDUCED_SHARED_COST = 1 << 30  # no expression costs that much: none is stored for its reductions
     for name in args.models.split(","):
         spec = get(name)
         torch.manual_seed(0)
@@ -52,7 +59,8 @@ def main() -> None:
         plan.run()
         report = profile_plan(plan, args.reps)
         form = "per-image" if args.per_image else "folded"
-        print(f"== {name} b{args.batch} on {args.device}, training convolutions {form}")
+        shared = "recomputed" if args.recompute else "stored"
+        print(f"== {name} b{args.batch} on {args.device}, convolutions {form}, reductions' shared inputs {shared}")
         print(format_report(report.as_dict(), args.limit))
 
 
