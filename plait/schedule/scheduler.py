@@ -336,14 +336,16 @@ def _winograd(items: list[Item], constants_once: bool) -> list[Item]:
     """Replace each convolution GEMM that `winograd_c.pick` chooses by a weight transform and a Winograd kernel
     (which keeps the GEMM's fused epilogue). Where the plan runs constant work once, a transform of a weight that
     is a buffer of its own (a model parameter, an ONNX initializer) is marked `constant`: it runs when the plan is
-    built, not per replay; elsewhere the transform's cost per call is part of the choice."""
+    built, not per replay (so is one of a weight that constant items compute, e.g. BN folded into it); elsewhere
+    the transform's cost per call is part of the choice."""
+    made_once = {it.out.uid for it in items if it.extra.get("constant")}
     out: list[Item] = []
     for it in items:
         if it.kind != "gemm" or it.gemm is None:
             out.append(it)
             continue
         weight = it.inputs[0]
-        constant = constants_once and weight.buffer is not None
+        constant = constants_once and (weight.buffer is not None or weight.uid in made_once)
         plan = winograd_c.pick(it.gemm, constant)
         if plan is None:
             out.append(it)

@@ -190,3 +190,18 @@ def test_resnet18_inference_plan_matches_torch(mode):
         want = ref_model(torch.tensor(x)).numpy()
     scale = float(np.abs(want).max())
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-3 * scale)
+
+
+def test_winograd_weight_computed_from_parameters_is_transformed_once():
+    """A weight that the plan computes from parameters alone (here scaled per output channel, as BN folding does)
+    is made once at build, and so is its Winograd transform: one kernel per replay."""
+    n, c, k, h, w = 1, 20, 36, 12, 12
+    x, wt, b = _data(n, c, k, h, w)
+    scale = np.random.default_rng(5).uniform(0.5, 2, k).astype(np.float32)
+    weight, sc = plait.tensor(wt, device="cpu"), plait.tensor(scale.reshape(k, 1, 1, 1), device="cpu")
+    bias = plait.tensor(b, device="cpu")
+    with settings.override(PLAIT_WINOGRAD="4"):
+        f = plait.jit(lambda t: F.conv2d(t, weight * sc, bias, padding=1).relu(), device="cpu")
+        plan, _ = f.plan_for([x])
+    assert _kinds(plan) == ["WINO4"]
+    _check(f(x), _ref(x, wt * scale.reshape(k, 1, 1, 1), b, 1), 4, "folded weight")
