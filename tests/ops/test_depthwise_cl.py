@@ -61,11 +61,12 @@ def test_row_segments_fit_the_plane():
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
-def test_depthwise_block_fuses_batch_norm_and_relu6(device):
+@pytest.mark.parametrize(("h", "stride"), [(14, 2), (11, 1)])  # whole 7-wide rows; a ragged last segment
+def test_depthwise_block_fuses_batch_norm_and_relu6(device, h, stride):
     """A mobilenet_v2-style depthwise layer at inference (conv, batch norm with running statistics, ReLU6) is one
     depthwise kernel whose stores apply the normalisation and the clamp; results match PyTorch."""
     rng = np.random.default_rng(5)
-    n, c, h = 2, 6, 14
+    n, c = 2, 6
     x = rng.standard_normal((n, c, h, h), dtype=np.float32)
     wt = rng.standard_normal((c, 1, 3, 3), dtype=np.float32)
     mean, var = rng.standard_normal(c, dtype=np.float32), rng.uniform(0.5, 2.0, c).astype(np.float32)
@@ -73,14 +74,14 @@ def test_depthwise_block_fuses_batch_norm_and_relu6(device):
 
     def net(t: plait.Tensor) -> plait.Tensor:
         p = [plait.tensor(v, device=device) for v in (wt, mean, var, gamma, beta)]
-        y = F.conv2d(t, p[0], None, 2, 1, 1, c)
+        y = F.conv2d(t, p[0], None, stride, 1, 1, c)
         y = F.batch_norm(y, p[1], p[2], p[3], p[4], training=False)
         return F.relu6(y)
 
     fn = plait.jit(net, device=device)
     got = fn(x)
     tx, tw, tm, tv, tg, tb = (torch.from_numpy(v) for v in (x, wt, mean, var, gamma, beta))
-    y = torch.nn.functional.conv2d(tx, tw, None, 2, 1, 1, c)
+    y = torch.nn.functional.conv2d(tx, tw, None, stride, 1, 1, c)
     want = torch.nn.functional.batch_norm(y, tm, tv, tg, tb, training=False).clamp(0.0, 6.0)
     assert_close(got, want.numpy(), "float32", f"depthwise + BN + ReLU6 on {device}", tol_scale=10)
     plan, _ = fn.plan_for([x])
