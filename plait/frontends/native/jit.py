@@ -22,7 +22,7 @@ from plait import dtypes
 from plait.errors import PlaitError, TraceError
 from plait.frontends.native.tensor import _LEAVES, STEP_SHAPING_CHANGES, Tensor
 from plait.graph.autodiff import no_grad
-from plait.graph.node import GRAD_MODE, Node
+from plait.graph.node import GRAD_MODE, Node, toposort
 from plait.runtime import canonical, default_device, get_device
 from plait.runtime.base import Buffer
 from plait.schedule.plan import Capture, Plan, attach, capture, realize
@@ -33,11 +33,18 @@ class Jit:
         self.fn = fn
         self.device = canonical(device) if device else default_device()
         self.plans: dict[Any, tuple[Plan, bool]] = {}
+        # per signature: the parameters the trace read, each with the node it had then, and the mode counter; a plan
+        # reads those nodes' buffers (and may have folded them into constants), so a parameter that an optimizer or
+        # load_state_dict has given a new value since, or a train/eval switch, means tracing again
+        self.bound: dict[Any, tuple[list[tuple[Tensor, Node]], int]] = {}
 
     def plan_for(self, arrays: list[np.ndarray]) -> tuple[Plan, bool]:
         key = tuple((a.shape, a.dtype.str) for a in arrays)
+        if key in self.plans and not self._current(key):
+            del self.plans[key]
         if key not in self.plans:
             inputs = [Node("input", (), None, a.shape, dtypes.from_numpy_dtype(a.dtype), self.device) for a in arrays]
+            shaping = STEP_SHAPING_CHANGES[0]
             # a jit'ed function returns arrays, so no gradient can flow out of it: trace without recording one (ops
             # then take their inference forms, e.g. convolutions whose epilogues fuse)
             with no_grad():
@@ -46,8 +53,15 @@ class Jit:
             outs = [out] if single else list(out)
             if not all(isinstance(o, Tensor) for o in outs):
                 raise PlaitError("plait.jit: the function must return a Tensor or a sequence of Tensors")
+            reached = {n.uid for n in toposort([o.node for o in outs])}
+            holders = [(t, t.node) for t in list(_LEAVES.values()) if t.node.uid in reached]
             self.plans[key] = (Plan([o.node for o in outs], inputs), single)
+            self.bound[key] = (holders, shaping)
         return self.plans[key]
+
+    def _current(self, key: Any) -> bool:
+        holders, shaping = self.bound[key]
+        return shaping == STEP_SHAPING_CHANGES[0] and all(t.node is node for t, node in holders)
 
     def __call__(self, *args: Any) -> Any:
         arrays = [a.numpy() if isinstance(a, Tensor) else np.asarray(a) for a in args]
