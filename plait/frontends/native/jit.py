@@ -71,7 +71,10 @@ class Jit:
 
 
 def jit(fn: Callable[..., Any] | None = None, device: str | None = None) -> Any:
-    """Compile `fn` (Tensors in, Tensor(s) out) into a replayable plan per input shape/dtype signature."""
+    """Compile `fn` (Tensors in, Tensor(s) out) into a replayable plan per input shape/dtype signature.
+
+    `fn` is traced without recording gradients (its outputs are arrays). The plan reads the parameters the trace
+    read; after an optimizer step, `load_state_dict` or a train/eval switch the next call traces again."""
     if fn is None:
         return lambda f: Jit(f, device)
     return Jit(fn, device)
