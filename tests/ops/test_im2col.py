@@ -13,6 +13,10 @@ GEOMETRIES = [  # n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw
     (2, 3, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1),
     (1, 4, 9, 9, 3, 2, 2, 1, 0, 1, 2, 1),
     (2, 2, 5, 5, 1, 1, 1, 1, 0, 0, 1, 1),
+    (2, 3, 8, 7, 3, 3, 2, 2, 1, 1, 1, 1),  # resnet's stride-2 3x3
+    (1, 2, 6, 7, 2, 3, 3, 2, 2, 3, 1, 2),  # padding wider than a tap's reach, dilated columns, stride 3 x 2
+    (2, 2, 5, 6, 1, 1, 2, 2, 0, 0, 1, 1),  # 1x1 stride 2: input pixels no column reads
+    (1, 1, 3, 3, 3, 3, 1, 1, 3, 3, 1, 1),  # whole rows and columns of padding
 ]
 
 
@@ -37,11 +41,16 @@ def test_im2col_matches_unfold(device, geo, fold):
     assert_close(x.grad.numpy(), xt.grad.numpy(), "float32", "col2im (gradient of im2col)")
 
 
-def test_col2im_matches_fold(device):
-    win = Window(2, 3, 6, 5, 3, 3, 2, 1, 1, 0, 1, 1)
+@pytest.mark.parametrize("fold", [False, True], ids=["nck", "folded"])
+@pytest.mark.parametrize("geo", [(2, 3, 6, 5, 3, 3, 2, 1, 1, 0, 1, 1), *GEOMETRIES])
+def test_col2im_matches_fold(device, geo, fold):
+    """col2im in both column layouts against torch.nn.functional.fold (the folded layout permuted back)."""
+    n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw = geo
+    win = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, fold=fold)
     ca = rand(win.cols_shape)
     out = Tensor(col2im(plait.tensor(ca, device=device).node, win))
-    ref = torch.nn.functional.fold(torch.tensor(ca), (6, 5), (3, 3), 1, (1, 0), (2, 1))
+    ct = torch.tensor(ca).permute(1, 0, 2) if fold else torch.tensor(ca)
+    ref = torch.nn.functional.fold(ct, (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw))
     assert_close(out.numpy(), ref.numpy(), "float32", "col2im")
 
 
