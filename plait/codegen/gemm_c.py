@@ -30,15 +30,21 @@ def use_gemv(m: int, n: int, k: int, batch: int, sbk: int, sbn: int, small_m: in
     return m <= GEMV_ROWS and batch == 1 and n * k >= GEMV_B_ELEMENTS and 1 in (sbk, sbn)
 
 
-def pick_tile(m: int, n: int) -> tuple[int, int]:
-    """The register tile that wastes the least padded work on an m x n product (wider tiles win ties: they load
-    fewer broadcasts per multiply-add)."""
+# CPU time of one padded multiply-add per register tile, relative to the best tile on the same product: the median
+# over the 31 pointwise (1x1) products of mobilenet_v2 and resnet50 at batch 1, two runs of
+# `benchmarks/bench_tiles_c.py` on one thread (docs/benchmarks.md). The one- and two-vector-wide tiles lose even where
+# they pad least (resnet50's 1024x196x256: 24x16 1.8x slower than 8x48), so padding alone picks badly.
+TILE_COST = {(24, 1): 1.67, (12, 2): 1.31, (8, 3): 1.02, (6, 4): 1.05}
 
-    def cost(t: tuple[int, int]) -> tuple[float, int]:
+
+def pick_tile(m: int, n: int) -> tuple[int, int]:
+    """The register tile with the least measured cost on an m x n product: padded work (whole tiles) times the
+    tile's relative cost per multiply-add (TILE_COST)."""
+
+    def cost(t: tuple[int, int]) -> float:
         mr, nv = t
         nr = nv * VW
-        padded = (-(-m // mr) * mr) * (-(-n // nr) * nr)
-        return (padded / (m * n) * (1.0 + 0.04 * (t == (24, 1))), -nv)
+        return (-(-m // mr) * mr) * (-(-n // nr) * nr) * TILE_COST[t]
 
     return min(TILES, key=cost)
 
