@@ -119,15 +119,25 @@ def main() -> None:
                 continue
             with np.load(out) as z:
                 cols[f"plait-{v}"] = [z[f"arr_{i}"] for i in range(len(z.files))]
+            _report(args.model, args.batch, exact, cols, args.out)  # after each variant: a timeout keeps the rest
+    if len(cols) == 1:
+        _report(args.model, args.batch, exact, cols, args.out)
+
+
+def _report(model: str, batch: int, exact: list[np.ndarray], cols: dict[str, list[np.ndarray]], out: str) -> None:
+    """Print (and with `out`, write) each parameter's gradient error against float64 for every column so far."""
     names = list(cols)
-    lines = [f"{args.model} b{args.batch}: ||g - g_float64|| / ||g_float64|| per parameter, input side first"]
+    lines = [f"{model} b{batch}: ||g - g_float64|| / ||g_float64|| per parameter, input side first"]
     lines.append("#   param shape".ljust(28) + "".join(n.rjust(22) for n in names))
     for i, e in enumerate(exact):
         lines.append(f"{i:<4}{e.shape!s:24}" + "".join(f"{_err(cols[n][i], e):22.2e}" for n in names))
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
+    if out:
+        Path(out).write_text("\n".join(lines) + "\n")
     step = max(1, len(exact) // 24)  # about 24 rows on the terminal, the first and last parameters always
-    print("\n".join(lines[:2] + [ln for i, ln in enumerate(lines[2:]) if i % step == 0 or i == len(exact) - 1]))
+    print(
+        "\n".join(lines[:2] + [ln for i, ln in enumerate(lines[2:]) if i % step == 0 or i == len(exact) - 1]),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -42,6 +42,11 @@ class CStyleRenderer:
     # pooling window's strided views load as vectors instead of gathers with per-element divisions
     row_loops = False
     helper_qualifier = "static inline"  # how a helper function in a kernel's source is declared
+    # work-group and work-item-in-group ids, local memory and its barrier: dialects that set them render partial
+    # reductions one work-group per partial (`_render_group_reduce`)
+    group_ids: tuple[str, str] | None = None
+    local_prefix = ""
+    barrier = ""
     # integer power by squaring in unsigned arithmetic (wraps like NumPy instead of signed-overflow UB); a negative
     # exponent truncates 1/a**-b toward zero
     ipow_helper = (
@@ -205,7 +210,9 @@ class CStyleRenderer:
         params, names = self._params(out, inputs)
         split = 1
         if root.op == "rsplit":
-            op, axes, split = root.arg
+            op, axes, split, group = root.arg
+            if group > 1:
+                return self._render_group_reduce(out, root, params, names, group)
         elif root.op in ("argmax", "argmin"):
             op, axes = root.op, root.arg
         else:
@@ -266,6 +273,64 @@ class CStyleRenderer:
         lines.append(self.store(out.dtype, "b0", "gid", "acci" if is_arg else "acc"))
         body, gs, ls = self.parallel_for("gid", out.size, lines, idx_t, out.size * max(1, total // split))
         return self._finish("R", out, params, body, gs, ls)
+
+    def _render_group_reduce(
+        self, out: Node, root: Node, params: list[str], names: dict[int, str], group: int
+    ) -> RenderedKernel:
+        """A partial reduction (rsplit) whose every partial is a work-group of `group` work-items: work-group w sums
+        positions (w % parts) * group + lid, stepping parts * group, so a warp reads consecutive positions of the
+        reduced axes (coalesced where they are the innermost), then the group combines its sums as a tree in local
+        memory. Only dialects with work-groups and local memory (`group_ids`) render it."""
+        if self.group_ids is None:
+            raise NotImplementedError(f"{self.dialect} has no work-groups for a group-split reduction")
+        op, axes, parts = root.arg[:3]
+        src = root.srcs[0]
+        keep = tuple(1 if i in axes else s for i, s in enumerate(src.shape))
+        red = tuple(src.shape[a] for a in axes)
+        total = math.prod(red)
+        idx_t = self.idx_type(out.size * group, src.size, *(n.size for n in root.srcs))
+        b = ExprBuilder(self, names, idx_t)
+        grp, lid = self.group_ids
+        w = b.tmp(idx_t, grp, "w")
+        li = b.tmp(idx_t, lid, "l")
+        o = b.tmp(idx_t, f"{w} / {parts}", "o")
+        ocs = b.coords(Idx(keep, linear=o))
+        ct = self.compute_type(src.dtype)
+        lines = b.lines
+        lines.append(f"{ct} acc = {self.literal(_reduce_init(op, src.dtype), src.dtype)};")
+        nan_flag = src.dtype.is_float and op in ("max", "min")
+        if nan_flag:
+            lines.append("int nanf = 0;")
+        saved_lines, saved_cache = b.lines, dict(b.cache)
+        b.lines = inner = []
+        rcs = b.coords(Idx(red, linear="r")) if len(red) > 1 else ["r"]
+        full = list(ocs)
+        for a, c in zip(axes, rcs, strict=True):
+            full[a] = c
+        v = b.value(src, Idx(src.shape, coords=full))
+        inner.append("acc = " + _combine(op, "acc", v) + ";")
+        if nan_flag:
+            inner.append(f"nanf |= {v} != {v};")
+        b.lines, b.cache = saved_lines, saved_cache
+        lo, step = f"({w} % {parts}) * {group} + {li}", str(parts * group)
+        lines.extend(self.reduce_loop("r", lo, str(total), step, inner, idx_t, "acc", op, nan_flag))
+        if nan_flag:
+            lines.append("if (nanf) acc = NAN;")
+        # NaN stays NaN through the tree: a max/min takes the other value only when it is larger/smaller or NaN
+        pick = {"max": ">", "min": "<"}.get(op)
+        other = f"sh[{li} + s]"
+        comb = f"({other} {pick} sh[{li}] || {other} != {other}) ? {other} : sh[{li}]" if pick else None
+        lines += [
+            f"{self.local_prefix} {ct} sh[{group}];",
+            f"sh[{li}] = acc;",
+            self.barrier,
+            f"for (int s = {group // 2}; s > 0; s >>= 1) {{",
+            f"  if ({li} < s) sh[{li}] = " + (comb if comb else _combine(op, f"sh[{li}]", other)) + ";",
+            f"  {self.barrier}",
+            "}",
+            f"if ({li} == 0) " + self.store(out.dtype, "b0", w, "sh[0]"),
+        ]
+        return self._finish("R", out, params, lines, (out.size * group,), (group,))
 
     def _render_unrolled_reduce(
         self,

@@ -13,6 +13,9 @@ class OpenCLRenderer(CStyleRenderer):
     interleaved_split = True
     helper_qualifier = "inline"
     local_size = 256
+    group_ids = ("get_group_id(0)", "get_local_id(0)")
+    local_prefix = "__local"
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     implicit_conv = True  # every OpenCL GEMM kernel gathers convolution patches from the image (no im2col buffer)
     conv_span = True  # ... also for columns with the batch folded in (gemm.conv_column finds each one's image)
     split_k = True  # few-tile products (batch-1 late layers) split K over more work-groups (scheduler._split_k)

@@ -36,17 +36,25 @@ class Item:
 
 
 SPLIT_WIDE_PARTS = 64  # devices whose reductions split this many ways or more have cores to spare per output
+GROUP_SPLIT_TARGET = 1056  # work-groups a group-split reduction aims for on such devices: 8 per SM of an H100
+GROUP_SPLIT_MIN_PER_ITEM = 4  # fewest values each work-item of a group-split partial sums
 
 
 def _split_reductions(order: list[Node], parts: int) -> bool:
-    """Split long reductions with few outputs into `parts` partial reductions and a short second stage, so that
-    more work-items than outputs share the long axis. On devices split `parts` ways (OpenCL: 256) that includes
-    reductions with up to 16 * parts outputs and 4096 or more values each, in chunks of 64 or more: the
-    per-channel sums of batch norm in a training step (64 to 512 channels over N*H*W = 16k-50k values) otherwise
-    ran one work-item per channel (86-93% of an H100 training step at batch 64, resnet18 and cifar_cnn)."""
+    """Split long reductions with few outputs into partial reductions and a short second stage, so that more
+    work-items than outputs share the long axis.
+
+    On devices split `parts` ways (OpenCL: 256) each partial is a work-group of `parts` work-items that combine
+    their sums in local memory (`rsplit`'s fourth argument), and an output gets as many partials as bring the
+    reduction to about GROUP_SPLIT_TARGET work-groups (one when it has that many outputs: then there is no second
+    stage). That covers reductions with up to 16 * parts outputs and 8 * parts or more values each: the
+    per-channel sums of batch norm in a training step (64 to 512 channels over N*H*W = 3k-200k values) ran one
+    work-item per channel (86-93% of an H100 training step at batch 64), then 256 work-items per channel
+    (16k work-items for 64 channels: too few loads in flight to reach more than ~230 GB/s).
+    Elsewhere (cpu: 16 ways) a partial is one work-item's contiguous chunk of 256 or more values."""
     changed = False
     wide = parts >= SPLIT_WIDE_PARTS
-    most, least, chunk = (16 * parts, 4096, 64) if wide else (64, 32768, 256)
+    most, least = (16 * parts, 8 * parts) if wide else (64, 32768)
     for node in order:
         if not node.op.startswith("r") or node.op not in ("rsum", "rmax", "rmin", "rprod"):
             continue
@@ -54,11 +62,15 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
         red = math.prod(src.shape[a] for a in node.arg)
         if node.size > most or red < least:
             continue
-        p = min(parts, red // chunk)
         op = node.op[1:]
-        part = Node("rsplit", (src,), (op, node.arg, p), (*node.shape, p), node.dtype, node.device)
-        stage2 = reduce(op, part, (len(part.shape) - 1,))
-        node.op, node.srcs, node.arg = "reshape", (stage2,), node.shape
+        if wide:
+            p = max(1, min(-(-GROUP_SPLIT_TARGET // node.size), red // (GROUP_SPLIT_MIN_PER_ITEM * parts)))
+            group = parts
+        else:
+            p, group = min(parts, red // 256), 1
+        part = Node("rsplit", (src,), (op, node.arg, p, group), (*node.shape, p), node.dtype, node.device)
+        whole = reduce(op, part, (len(part.shape) - 1,)) if p > 1 else part
+        node.op, node.srcs, node.arg = "reshape", (whole,), node.shape
         changed = True
     return changed
 
