@@ -370,6 +370,8 @@ def _pool(
     ew = max(0, (ow - 1) * sw + dw * (kw - 1) + 1 - (w + 2 * pw))
     fill = -math.inf if op == "max" else 0.0
     xp = x.pad(((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)), fill) if ph or pw or eh or ew else x
+    if op == "max" and x.requires_grad and grad_enabled():
+        return _max_pool_cols(xp, (kh, kw), (sh, sw), (dh, dw))
     views = _windows(xp, (kh, kw), (sh, sw), (dh, dw), (oh, ow))
     # an elementwise chain over the kh*kw strided views: one fused, branch-free kernel with no window tensor
     if op == "max":
@@ -393,6 +395,18 @@ def _tiled_pool(x: Tensor, op: str, kh: int, kw: int) -> Tensor:
         return tiles.max(axis=(3, 5))
     total = tiles.sum(axis=(3, 5))
     return total if op == "sum" else total / float(kh * kw)
+
+
+def _max_pool_cols(xp: Tensor, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]) -> Tensor:
+    """Max pooling over overlapping windows of an already padded input when a gradient is recorded: the windows as
+    im2col columns (N, C, kh*kw, OH, OW) and a max over the window axis. Its gradient is one broadcast pass over the
+    columns and a col2im, where the chain of strided views builds a padded view per window position that recomputes
+    the running maxima in each (resnet's 3x3/2 pool). The padding (ceil_mode's included) is already in `xp`, so
+    the windows over it are exactly the pool's outputs."""
+    n, c, h, w = xp.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    win = Window(n, c, h, w, kh, kw, sh, sw, 0, 0, dh, dw)
+    return Tensor(im2col(xp.node, win)).reshape(n, c, kh * kw, win.oh, win.ow).max(axis=2)
 
 
 def _pool_counts(

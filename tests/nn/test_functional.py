@@ -36,6 +36,12 @@ CASES: list[Case] = [
     ("linear_3d", *same("linear"), [(2, 3, 5), (4, 5)], {}),
     ("max_pool2d", *same("max_pool2d", kernel_size=3, stride=2, padding=1), [(2, 3, 7, 7)], {}),
     ("max_pool2d_ceil", *same("max_pool2d", kernel_size=2, ceil_mode=True), [(1, 2, 5, 5)], {}),
+    (
+        "max_pool2d_dilated_ceil",
+        *same("max_pool2d", kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True),
+        [(1, 2, 8, 7)],
+        {},
+    ),
     ("avg_pool2d", *same("avg_pool2d", kernel_size=2), [(2, 3, 6, 6)], {}),
     # windows that tile the input: with a gradient these run as a reduction over the window axes
     ("max_pool2d_tiled", *same("max_pool2d", kernel_size=2), [(2, 3, 8, 6)], {}),
