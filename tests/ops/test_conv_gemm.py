@@ -8,7 +8,8 @@ import torch
 
 import plait
 import plait.nn.functional as F
-from plait.codegen import gemm_c
+from plait.codegen import gemm, gemm_c
+from plait.runtime import get_device
 from tests.helpers import assert_close, rand
 
 GEOMETRIES = [  # n, c, h, w, co, kh, kw, stride, padding, dilation, groups
@@ -86,10 +87,34 @@ def test_gemm_shapes(m, n, k, transpose_a, transpose_b):
     assert_close(got, want, "float32", f"matmul {m}x{n}x{k}", tol_scale=10)
 
 
-def test_pick_tile_avoids_padding():
+def test_pick_tile_follows_measured_costs():
+    """The heuristic's choices on the pointwise products where bench_tiles_c.py measured the winners: the 3- and
+    4-vector tiles, never 24x16 on 196 columns although it pads least; 49 columns padded to one 64-wide panel."""
     assert gemm_c.pick_tile(64, 3136) in {(8, 3), (6, 4)}
+    assert gemm_c.pick_tile(1024, 196) == (8, 3)
+    assert gemm_c.pick_tile(96, 196) == (8, 3)
     _, nv = gemm_c.pick_tile(512, 49)
     assert -(-49 // (nv * gemm_c.VW)) * nv * gemm_c.VW == 64
+
+
+@pytest.mark.parametrize("tile", gemm_c.TILES)
+@pytest.mark.parametrize("batch,m,n,k", [(1, 25, 49, 16), (2, 30, 196, 70), (1, 7, 600, 300)])
+def test_every_tile_matches_numpy(tile, batch, m, n, k):
+    """Each register tile, forced through the MR/NR knobs, on a 1x1-convolution-shaped product (the weight shared
+    over a batch of (k, n) image planes) with row, column and k tails, against NumPy in float64."""
+    dev = get_device("cpu")
+    mr, nv = tile
+    spec = gemm.GemmSpec(batch, m, n, k, (0, 0, k, 1), (0, k * n, n, 1))
+    kern = gemm.render_c(spec, {"MR": mr, "NR": nv * gemm_c.VW})
+    a, b = rand((m, k)), rand((batch, k, n), seed=1)
+    bufs = [dev.allocator.alloc(4 * size) for size in (batch * m * n, m * k, batch * k * n)]
+    dev.allocator.copy_in(bufs[1], a)
+    dev.allocator.copy_in(bufs[2], b)
+    dev.compile(kern.source, kern.name).bind(bufs, kern.global_size, kern.local_size)()
+    got = np.empty((batch, m, n), np.float32)
+    dev.allocator.copy_out(bufs[0], got)
+    want = np.einsum("mk,bkn->bmn", a.astype(np.float64), b.astype(np.float64))
+    assert_close(got, want, "float32", f"gemm tile {mr}x{nv * gemm_c.VW} {batch}x{m}x{n}x{k}", tol_scale=10)
 
 
 @pytest.mark.parametrize("batch,m,n,k", [(3, 30, 49, 70), (5, 7, 13, 9), (2, 40, 600, 33)])
