@@ -120,12 +120,15 @@ def knobs_for(device: Device, kind: str, spec: Any) -> dict[str, int]:
 
 
 GEMM_CANDIDATES = {
+    # register tiles that won at least one product in benchmarks/bench_tiles_c.py: 8x48 most often, 6x64 and 12x32
+    # on 49 columns, 4x96, 16x16 and 24x16 on single cells (resnet50's 512x196x1024 for 24x16)
     "c": [
-        {"MR": 8, "NR": 32},
-        {"MR": 12, "NR": 32},
+        {"MR": 8, "NR": 48},
         {"MR": 6, "NR": 64},
-        {"MR": 4, "NR": 64},
-        {"MR": 14, "NR": 32, "KC": 384},
+        {"MR": 12, "NR": 32},
+        {"MR": 4, "NR": 96},
+        {"MR": 16, "NR": 16},
+        {"MR": 24, "NR": 16},
     ],
     "opencl": [
         {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 4, "WPTN": 4},
