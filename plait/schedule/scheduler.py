@@ -51,6 +51,9 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
     per-channel sums of batch norm in a training step (64 to 512 channels over N*H*W = 3k-200k values) ran one
     work-item per channel (86-93% of an H100 training step at batch 64), then 256 work-items per channel
     (16k work-items for 64 channels: too few loads in flight to reach more than ~230 GB/s).
+    A work-group reads consecutive positions of the reduced axes, so this needs them to include the innermost
+    axis: a reduction over outer axes only (a bias gradient's sum over rows) keeps adjacent work-items on adjacent
+    outputs, split (from 4096 values) into `parts` interleaved one-work-item partials.
     Elsewhere (cpu: 16 ways) a partial is one work-item's contiguous chunk of 256 or more values."""
     changed = False
     wide = parts >= SPLIT_WIDE_PARTS
@@ -60,12 +63,15 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
             continue
         src = node.srcs[0]
         red = math.prod(src.shape[a] for a in node.arg)
-        if node.size > most or red < least:
+        inner = max((a for a, d in enumerate(src.shape) if d > 1), default=0) in node.arg
+        if node.size > most or red < (least if inner or not wide else 4096):
             continue
         op = node.op[1:]
-        if wide:
+        if wide and inner:
             p = max(1, min(-(-GROUP_SPLIT_TARGET // node.size), red // (GROUP_SPLIT_MIN_PER_ITEM * parts)))
             group = parts
+        elif wide:
+            p, group = min(parts, red // 64), 1
         else:
             p, group = min(parts, red // 256), 1
         part = Node("rsplit", (src,), (op, node.arg, p, group), (*node.shape, p), node.dtype, node.device)

@@ -20,11 +20,29 @@ def test_wide_devices_split_into_work_groups() -> None:
     partial."""
     x = plait.tensor(np.zeros((64, 64, 56, 56), np.float32))
     assert _rsplits(x.sum(axis=(0, 2, 3)), 256) == [("sum", (0, 2, 3), 17, 256)]
-    y = plait.tensor(np.zeros((2048, 4096), np.float32))
-    items = schedule([y.sum(axis=0).node], 256)
-    assert [it.out.arg for it in items if it.out.op == "rsplit"] == [("sum", (0,), 1, 256)]
+    y = plait.tensor(np.zeros((4096, 2048), np.float32))
+    items = schedule([y.sum(axis=1).node], 256)
+    assert [it.out.arg for it in items if it.out.op == "rsplit"] == [("sum", (1,), 1, 256)]
     assert [it.kind for it in items].count("reduce") == 1
     assert _rsplits(x.sum(axis=(0, 2, 3)), 16) == [("sum", (0, 2, 3), 16, 1)]
+
+
+def test_outer_axis_reductions_keep_one_work_item_per_partial() -> None:
+    """A sum over rows only (a bias gradient) reads its column with a stride, so it keeps adjacent work-items on
+    adjacent outputs: none split below 4096 rows, 256 interleaved one-work-item partials from there."""
+    assert _rsplits(plait.tensor(np.zeros((2048, 768), np.float32)).sum(axis=0), 256) == []
+    assert _rsplits(plait.tensor(np.zeros((8192, 768), np.float32)).sum(axis=0), 256) == [("sum", (0,), 128, 1)]
+
+
+def test_outer_axis_split_matches_numpy(device: str) -> None:
+    a = rand((8192, 40), seed=7)
+    assert_close(
+        plait.tensor(a, device=device).sum(axis=0).numpy(),
+        a.astype(np.float64).sum(axis=0),
+        "float32",
+        "sum over 8192 rows",
+        tol_scale=10,
+    )
 
 
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
