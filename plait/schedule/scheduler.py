@@ -112,6 +112,7 @@ def _split_k(order: list[Node], keep: set[int]) -> bool:
         unit = math.lcm(32, _patch_taps(b) if vb is not None and vb[2][-1] == 1 else 1)
         splits = [s for s in range(2, 17) if k % (s * unit) == 0 and k // s >= SPLIT_K_MIN]
         if not splits:
+            changed |= _split_k_images(node, keep, tiles)
             continue
         parts = next((s for s in splits if s * tiles >= SPLIT_K_TARGET), splits[-1])
         kc = k // parts
@@ -126,12 +127,49 @@ def _split_k(order: list[Node], keep: set[int]) -> bool:
             # 64 ran 128 work-groups; a training convolution's patch columns) is chunked along K in that layout
             pb = permute(reshape(b.srcs[0], (n, parts, kc)), (1, 2, 0))
         if strided_view(pa, own) is None or strided_view(pb, set()) is None:
-            continue  # a chunk would not be a view: splitting would copy the operand
+            # a chunk would not be a view (splitting would copy the operand), unless it stays within one image
+            changed |= _split_k_images(node, keep, tiles)
+            continue
         keep |= own
         partial = matmul(pa, pb)
         node.op, node.srcs, node.arg = "reshape", (reduce("sum", partial, (0,)),), node.shape
         changed = True
     return changed
+
+
+def _split_k_images(node: Node, keep: set[int], tiles: int) -> bool:
+    """Split the weight gradient of a folded 1x1 convolution (A: the realized output gradient (Cout, N*P), B: the
+    NCHW input read as (N*P, Cin)) into chunks within one image: no chunk spanning images is a view of B, so at
+    batch 64 these products (mobilenet_v2's 16 x 32 outputs over K = 64 x 112 x 112) ran unsplit on one or a few
+    work-groups. The partial products form a batch of (images, S) GEMMs with K = P / S (S the fewest parts of an
+    image's positions that bring them to SPLIT_K_TARGET work-groups), summed over both batch axes."""
+    a, b = node.srcs
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    last = (len(b.shape) - 1, len(b.shape) - 2)
+    if b.op != "permute" or b.arg[-2:] != last or b.srcs[0].op != "reshape" or strided_view(a, set()) is not None:
+        return False
+    src = b.srcs[0].srcs[0]
+    dims = [d for d in src.shape if d != 1]
+    view = strided_view(src, set())
+    if len(dims) != 3 or dims[0] != n or dims[1] * dims[2] != k or view is None or view[1] != 0:
+        return False
+    images, p = dims[1], dims[2]
+    root = view[0]
+    if root.size != k * n or [s for d, s in zip(src.shape, view[2], strict=True) if d != 1] != [p, n * p, 1]:
+        return False  # B is not an NCHW buffer read in place
+    fits = [s for s in range(1, p + 1) if p % s == 0 and (s == 1 or p // s % 32 == 0) and p // s >= SPLIT_K_MIN]
+    if not fits:
+        return False
+    parts = next((s for s in fits if images * s * tiles >= SPLIT_K_TARGET), fits[-1])
+    kc = p // parts
+    a4 = Node("reshape", (a,), (m, images, parts, kc), (m, images, parts, kc), a.dtype, a.device)
+    pa = permute(a4, (1, 2, 0, 3))
+    pb = permute(reshape(root, (images, n, parts, kc)), (0, 2, 3, 1))
+    if strided_view(pa, {a.uid}) is None or strided_view(pb, set()) is None:
+        return False
+    keep.add(a.uid)
+    node.op, node.srcs, node.arg = "reshape", (reduce("sum", matmul(pa, pb), (0, 1)),), node.shape
+    return True
 
 
 def strided_view(node: Node, realize: set[int]) -> tuple[Node, int, tuple[int, ...]] | None:

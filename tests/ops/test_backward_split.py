@@ -89,3 +89,43 @@ def test_batch_norm_backward_reads_the_upstream_gradient_once() -> None:
     assert len(masked) == 1 and masked[0].shape == x.shape, [(it.kind, it.out.op) for it in items]
     sums = [it for it in items if it.kind == "reduce" and masked[0] in it.inputs]
     assert len(sums) >= 2
+
+
+def _pointwise_grads(device: str, n: int, c: int, hw: int, co: int):
+    x = plait.tensor(rand((n, c, hw, hw), seed=4), device=device, requires_grad=True)
+    w = plait.tensor(rand((co, c, 1, 1), seed=5), device=device, requires_grad=True)
+    g = rand((n, co, hw, hw), seed=6)
+    loss = (F.conv2d(x, w) * plait.tensor(g, device=device)).sum()
+    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+    return autodiff.gradients(loss.node, seed, [w.node, x.node]), (x, w, g)
+
+
+def test_pointwise_weight_gradient_splits_within_images() -> None:
+    """A 1x1 convolution's weight gradient over 32 images of 32 x 32 positions (mobilenet_v2's 16 x 32 outputs
+    over K = images x positions at batch 64): no K chunk spanning images is a view of the NCHW input, so the
+    chunks are quarters of one image's positions, a (32, 4) batch of GEMMs reading both operands in place."""
+    grads, (_, w, _) = _pointwise_grads("cpu", 32, 32, 32, 16)
+    items = schedule([grads[w.node.uid]], 16, split_k=True)
+    gemms = [it.gemm for it in items if it.kind == "gemm"]
+    assert len(gemms) == 1 and gemms[0] is not None
+    spec = gemms[0]
+    assert (spec.batch, spec.inner, spec.m, spec.n, spec.k) == (128, 4, 16, 32, 256)
+    assert [it.kind for it in items].count("gemm") == 1 and not any(it.kind == "custom" for it in items)
+    grads, (_, w, _) = _pointwise_grads("cpu", 32, 32, 32, 16)  # schedule() rewrites the graph it is given
+    unsplit = schedule([grads[w.node.uid]], 16)
+    assert [it.gemm.batch for it in unsplit if it.gemm is not None] == [1]
+
+
+def test_pointwise_weight_gradient_matches_torch(device: str) -> None:
+    """The same gradients on each device; 20 images of 20 x 20 positions keep whole images as chunks (400
+    positions are not two chunks of 256 or more)."""
+    for n, hw in ((32, 32), (20, 20)):
+        grads, (x, w, g) = _pointwise_grads(device, n, 32, hw, 16)
+        xt = torch.tensor(x.numpy(), requires_grad=True)
+        wt = torch.tensor(w.numpy(), requires_grad=True)
+        (torch.nn.functional.conv2d(xt, wt) * torch.tensor(g)).sum().backward()
+        gw, gx = plait.Tensor(grads[w.node.uid]), plait.Tensor(grads[x.node.uid])
+        what = f"1x1 conv2d weight gradient, {n} images of {hw}x{hw} (split within images)"
+        # entries sum up to 32768 products (sums up to ~200, some cancelling to ~0.07): float32 rounding of ~1e-4
+        assert_close(gw.numpy(), wt.grad.numpy(), "float32", what, tol_scale=100)
+        assert_close(gx.numpy(), xt.grad.numpy(), "float32", "1x1 conv2d input gradient")
