@@ -236,6 +236,7 @@ def run_matrix(
                         if want is None
                         else run_cell(runner, case, want, s, exact)
                     )
+                    runner.release()
                 cells.append({**base, **cell})
                 if progress:
                     progress.advance(label)

@@ -8,6 +8,7 @@ outputs are the loss and the change of the model's first parameter, so a wrong g
 from __future__ import annotations
 
 import copy
+import gc
 import importlib.util
 import io
 import warnings
@@ -90,6 +91,11 @@ class Runner:
     def sync(self) -> None:
         pass
 
+    def release(self) -> None:
+        """Return the memory a finished cell held (including what a caching allocator keeps), so that a cell that
+        ran out of memory, or a big one, does not take memory from the cells after it."""
+        gc.collect()
+
 
 class TorchRunner(Runner):
     """PyTorch eager (`compile=False`) or torch.compile with its default backend (`compile=True`)."""
@@ -132,6 +138,13 @@ class TorchRunner(Runner):
             import torch
 
             torch.cuda.synchronize()
+
+    def release(self) -> None:
+        gc.collect()
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
 
     def prepare(self, case: Case) -> Prepared:
         import torch
@@ -227,6 +240,12 @@ class PlaitRunner(Runner):
         from plait.runtime import get_device
 
         get_device(self.device).synchronize()
+
+    def release(self) -> None:
+        from plait.runtime import get_device
+
+        gc.collect()
+        get_device(self.device).allocator.release_cached()
 
     def _model(self, case: Case) -> Any:
         model = case.model.plait_factory(self.device)

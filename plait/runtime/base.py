@@ -44,6 +44,13 @@ class Allocator:
     def copy_out(self, buf: Buffer, dst: np.ndarray) -> None:
         raise NotImplementedError
 
+    def release_cached(self) -> int:
+        """Give the freed blocks this allocator keeps for reuse back to the device; returns the bytes released."""
+        pool: dict[int, list[Any]] = getattr(self, "pool", {})
+        released = sum(size * len(blocks) for size, blocks in pool.items())
+        pool.clear()
+        return released
+
     def copy(self, dst: Buffer, src: Buffer) -> None:
         """Copy `src`'s bytes into `dst` (same size) in queue order; this default goes through host memory."""
         host = np.empty(src.nbytes, np.uint8)
@@ -147,6 +154,22 @@ class Device:
 
     def synchronize(self) -> None:
         raise NotImplementedError
+
+    # exceptions a kernel launch may raise that mean the device failed (out of memory, say), not a plait bug
+    launch_errors: tuple[type[BaseException], ...] = ()
+
+    def launch_failure(self, error: BaseException) -> Exception:
+        """The PlaitError to raise for a failed launch: what failed and what to do about it."""
+        from plait.errors import DeviceError
+
+        self.allocator.release_cached()
+        what = " ".join(str(error).split())
+        hint = (
+            "the device is out of memory: use a smaller batch, or drop models, plans and tensors you no longer need"
+            if "ALLOCATION" in what.upper() or "OUT_OF" in what.upper()
+            else "the device or its driver failed; try device='cpu' to check the model"
+        )
+        return DeviceError(f"{self.name}: a kernel launch failed ({what[:300]}); {hint}")
 
     def time_launch(self, launch: Any) -> float:
         """Seconds one bound launch takes on its own (kernel reports): host clocks around it, after the queue drains;

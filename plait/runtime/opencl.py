@@ -82,11 +82,26 @@ class CLAllocator(Allocator):
         if free:
             return Buffer(self.device, nbytes, free.pop())
         cl = _cl()
-        try:
-            handle = cl.Buffer(self.device.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 4))
-        except cl.Error as e:
-            raise DeviceError(f"{self.device.name}: cannot allocate {nbytes} bytes ({e}); use a smaller batch") from e
+        for attempt in range(2):
+            try:
+                handle = cl.Buffer(self.device.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 4))
+                break
+            except cl.Error as e:
+                if attempt == 0 and self.release_cached():
+                    continue  # blocks cached for reuse held the memory: try again without them
+                raise DeviceError(
+                    f"{self.device.name}: cannot allocate {nbytes} bytes ({e}); use a smaller batch"
+                ) from e
         return Buffer(self.device, nbytes, handle)
+
+    def release_cached(self) -> int:
+        released = 0
+        for size, handles in self.pool.items():
+            for h in handles:
+                h.release()
+                released += size
+        self.pool.clear()
+        return released
 
     def free(self, nbytes: int, handle: Any) -> None:
         self.pool.setdefault(nbytes, []).append(handle)
@@ -139,6 +154,7 @@ class OpenCLDevice(Device):
         self.dev = dev
         self.ctx = cl.Context([dev])
         self.queue = cl.CommandQueue(self.ctx)
+        self.launch_errors = (cl.Error,)
         self.renderer = OpenCLRenderer()
         self.allocator = CLAllocator(self)
         self._programs: dict[str, CLProgram] = {}

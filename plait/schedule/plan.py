@@ -147,8 +147,11 @@ class Plan:
         return self.buffers[node.uid]
 
     def run(self) -> None:
-        for launch in self.launches:
-            launch()
+        try:
+            for launch in self.launches:
+                launch()
+        except self.device.launch_errors as e:
+            raise self.device.launch_failure(e) from e
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         if len(arrays) != len(self.inputs):
@@ -312,7 +315,10 @@ def _replay(device: Device, steps: list[_Step], order: list[Node], leaves: list[
         else:
             buf = device.allocator.alloc(step.nbytes)
             if step.program is not None and step.kernel is not None:
-                step.program.bind([buf, *ins], step.kernel.global_size, step.kernel.local_size)()
+                try:
+                    step.program.bind([buf, *ins], step.kernel.global_size, step.kernel.local_size)()
+                except device.launch_errors as e:
+                    raise device.launch_failure(e) from e
                 if _CAPTURES:
                     _CAPTURES[-1].launches.append(Launch(step.program, step.kernel, [buf, *ins]))
         bufs.append(buf)

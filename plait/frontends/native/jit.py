@@ -280,8 +280,11 @@ class _Replay:
                 alloc.copy_in(buf, np.ascontiguousarray(a))
         for read_buf, state in self.carries:
             alloc.copy(read_buf, state)
-        for launch in self.launches:
-            launch()
+        try:
+            for launch in self.launches:
+                launch()
+        except self.device.launch_errors as e:
+            raise self.device.launch_failure(e) from e
         return _pack([_copy(t.node.buffer, t) for t in self.outputs], self.single)
 
 
