@@ -4,6 +4,7 @@
 #   tools/gpu-run.sh tools/gpu-issue8.sh tests    # the OpenCL-specific tests on the GPU
 #   tools/gpu-run.sh tools/gpu-issue8.sh infer    # batch 1 and 64 inference, five CNNs, plait vs PyTorch+cuDNN
 #   tools/gpu-run.sh tools/gpu-issue8.sh train    # batch 64 training step, plait vs PyTorch+cuDNN
+# MODELS (comma-separated) narrows the infer and train stages.
 # Results go under $OUT (the device tool's output folder) or ./gpu-results.
 set -uo pipefail
 out=${OUT:-gpu-results}
@@ -22,11 +23,11 @@ for stage in "$@"; do
       echo "pytest exit status ${PIPESTATUS[0]}"
       ;;
     infer)
-      python3 -m plait bench --models alexnet,resnet18,resnet50,vgg16,mobilenet_v2 --modes infer-1,infer-batch \
+      python3 -m plait bench --models "${MODELS:-alexnet,resnet18,resnet50,vgg16,mobilenet_v2}" --modes infer-1,infer-batch \
         --iters 10 --out "$out/infer" "${common[@]}"
       ;;
     train)
-      python3 -m plait bench --models alexnet,resnet18,resnet50,vgg16,mobilenet_v2,cifar_cnn,gru --modes train \
+      python3 -m plait bench --models "${MODELS:-alexnet,resnet18,resnet50,vgg16,mobilenet_v2,cifar_cnn,gru}" --modes train \
         --iters 5 --max-seconds 5 --out "$out/train" "${common[@]}"
       ;;
     *)
