@@ -32,6 +32,12 @@ from plait.errors import PlaitError
 ALPHA = 4  # input tile edge of F(2, 3); 2x2 outputs per tile
 MIN_CHANNELS = 128  # 'auto': fewer input or output channels stay on the implicit GEMM (transform traffic ~ 1/C)
 MIN_TILES = 1024  # 'auto': fewest tiles (images x tile rows x tile columns); resnet's 7x7 layers at batch 64 have 1024
+# 'auto' at batch 1: 56x56 outputs and up, or 28x28 with 512 channels (vgg16's layers from 112x112 to 28x28: its b1
+# replay 1.51 -> 1.34 ms with every eligible layer on an H100, 1.44 ms with the 784-tile rule alone, while resnet18/50's
+# 28x28 and smaller layers, 128 to 256 channels at 28x28, ran no faster or slower: 0.52 -> 0.56, 1.10 -> 1.22 ms)
+MIN_TILES_ONE_IMAGE = 784
+MIN_TILES_ONE_IMAGE_WIDE = 196  # with at least WIDE channels in and out
+WIDE = 512
 LOCAL = 128  # work-items per work-group of the transform kernels
 
 
@@ -98,8 +104,9 @@ def _mode(spec: Any) -> str:
 def pick(spec: Any) -> WinogradCLPlan | None:
     """A Winograd plan for the implicit-convolution GEMM `spec`, or None where the implicit GEMM runs it.
 
-    PLAIT_WINOGRAD_CL: 'auto' (the default) those with at least MIN_CHANNELS input and output channels, more than
-    one image (batch 1 is unmeasured) and MIN_TILES tiles; 'off' never; '2' every eligible convolution."""
+    PLAIT_WINOGRAD_CL: 'auto' (the default) those with at least MIN_CHANNELS input and output channels and MIN_TILES
+    tiles (for one image: MIN_TILES_ONE_IMAGE, or MIN_TILES_ONE_IMAGE_WIDE with WIDE channels); 'off' never; '2' every
+    eligible convolution."""
     if spec.conv is None or not winograd_c.eligible(spec) or spec.inner not in (1, spec.batch):
         return None
     mode = _mode(spec)
@@ -111,7 +118,9 @@ def pick(spec: Any) -> WinogradCLPlan | None:
     )
     if mode == "off":
         return None
-    if mode == "auto" and (min(win.c, spec.m) < MIN_CHANNELS or win.n < 2 or plan.tiles < MIN_TILES):
+    wide = min(win.c, spec.m) >= WIDE
+    fewest = MIN_TILES if win.n > 1 else MIN_TILES_ONE_IMAGE_WIDE if wide else MIN_TILES_ONE_IMAGE
+    if mode == "auto" and (min(win.c, spec.m) < MIN_CHANNELS or plan.tiles < fewest):
         return None
     return plan
 

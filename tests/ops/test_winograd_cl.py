@@ -175,7 +175,11 @@ def _spec(n, c, k, h, w, stride=1, pad=1):
         ((64, 256, 256, 14, 14), 1, True),  # resnet18's third stage at batch 64: 3136 tiles
         ((64, 512, 512, 7, 7), 1, True),  # its last stage: 1024 tiles
         ((64, 64, 64, 56, 56), 1, False),  # 64 channels: the transforms' traffic outweighs the products saved
-        ((1, 512, 512, 14, 14), 1, False),  # batch 1
+        ((1, 512, 512, 14, 14), 1, False),  # batch 1 at 14x14: 49 tiles
+        ((1, 256, 256, 28, 28), 1, False),  # batch 1 at 28x28 (resnet's 128+-channel layers are this size or less)
+        ((1, 512, 512, 28, 28), 1, True),  # batch 1 at 28x28 with 512 channels (vgg16)
+        ((1, 256, 256, 56, 56), 1, True),  # batch 1, vgg16's 56x56 layers: 784 tiles
+        ((1, 128, 128, 112, 112), 1, True),  # batch 1, vgg16's 112x112 layers
         ((16, 512, 512, 7, 7), 1, False),  # too few tiles (256)
         ((64, 256, 256, 28, 28), 2, False),  # strided
     ],
