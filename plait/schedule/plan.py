@@ -147,11 +147,7 @@ class Plan:
         return self.buffers[node.uid]
 
     def run(self) -> None:
-        try:
-            for launch in self.launches:
-                launch()
-        except self.device.launch_errors as e:
-            raise self.device.launch_failure(e) from e
+        run_launches(self.device, self.launches)
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         if len(arrays) != len(self.inputs):
@@ -162,6 +158,15 @@ class Plan:
             self.device.allocator.copy_in(self.buffers[node.uid], np.ascontiguousarray(arr, dtype=node.dtype.np))
         self.run()
         return [read(self.device, self._buffer_of(n), n) for n in self.outputs]
+
+
+def run_launches(device: Device, launches: list[Any]) -> None:
+    """Run bound launches in order; a launch the device refuses (out of memory, say) becomes its PlaitError."""
+    try:
+        for launch in launches:
+            launch()
+    except device.launch_errors as e:
+        raise device.launch_failure(e) from e
 
 
 def read(device: Device, buf: Buffer, node: Node) -> np.ndarray:

@@ -25,7 +25,7 @@ from plait.graph.autodiff import no_grad
 from plait.graph.node import GRAD_MODE, Node, toposort
 from plait.runtime import canonical, default_device, get_device
 from plait.runtime.base import Buffer
-from plait.schedule.plan import Capture, Plan, attach, capture, realize
+from plait.schedule.plan import Capture, Plan, attach, capture, realize, run_launches
 
 
 class Jit:
@@ -280,11 +280,7 @@ class _Replay:
                 alloc.copy_in(buf, np.ascontiguousarray(a))
         for read_buf, state in self.carries:
             alloc.copy(read_buf, state)
-        try:
-            for launch in self.launches:
-                launch()
-        except self.device.launch_errors as e:
-            raise self.device.launch_failure(e) from e
+        run_launches(self.device, self.launches)
         return _pack([_copy(t.node.buffer, t) for t in self.outputs], self.single)
 
 
