@@ -53,24 +53,15 @@ def _tune(args: argparse.Namespace) -> int:
 
 def _tune_models(args: argparse.Namespace) -> int:
     """Tune every product of each model's inference plan within the budget, then time a replay before and after."""
-    import time
-
     import plait
     from plait.bench.models import get
+    from plait.bench.timing import measure
     from plait.tune.model import tune_plan
 
     device = args.device or _default()
 
     def replay_ms(plan: Any) -> float:
-        plan.run()
-        plan.device.synchronize()
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            plan.run()
-            plan.device.synchronize()
-            times.append(time.perf_counter() - t0)
-        return sorted(times)[2] * 1e3
+        return float(measure(plan.run, plan.device.synchronize, warmup=1, iters=5)["median_ms"])
 
     for name in args.model.split(","):
         spec = get(name.strip())

@@ -117,8 +117,8 @@ def tune_plan(
             report.left = sum(signature("gemm", s) not in db for s, _ in order[n_done:])
             break
         heuristic = knobs_for(device, "gemm", spec)
-        out = plan.buffers[item.out.uid]
-        bufs = [out] + [plan._buffer_of(n) for n in item.inputs]
+        bufs = plan.bound[plan.launched.index(item)].buffers  # what the plan's own launch runs on, output first
+        out = bufs[0]
         kernels = [(heuristic, base)]
         for knobs in candidates(device, spec):
             if knobs == heuristic:
