@@ -32,6 +32,23 @@ ROW_MIN_WIDTH = 8  # row loops need rows at least this long (shorter ones loop f
 ROW_MIN_COUNT = 4  # ... and at least this many rows to share among threads
 
 
+def _value_at_r(
+    b: ExprBuilder, src: Node, ocs: list[str], axes: tuple[int, ...], red: tuple[int, ...]
+) -> tuple[str, list[str]]:
+    """`src` at output coordinates `ocs` with the reduced axes at linear position `r`: the value's expression and
+    the statements computing it, kept apart from b's lines (they go inside the reduction loop)."""
+    saved_lines, saved_cache = b.lines, dict(b.cache)
+    inner: list[str] = []
+    b.lines = inner
+    rcs = b.coords(Idx(red, linear="r")) if len(red) > 1 else ["r"]
+    full = list(ocs)
+    for a, c in zip(axes, rcs, strict=True):
+        full[a] = c
+    v = b.value(src, Idx(src.shape, coords=full))
+    b.lines, b.cache = saved_lines, saved_cache
+    return v, inner
+
+
 class CStyleRenderer:
     dialect = "cstyle"
     storage_types = {"float32": "float", "float16": "half", "int32": "int", "int64": "long", "bool": "unsigned char"}
@@ -250,13 +267,7 @@ class CStyleRenderer:
             )
         else:
             lo, hi, step = "0", str(total), "1"
-        saved_lines, saved_cache = b.lines, dict(b.cache)
-        b.lines = inner = []
-        rcs = b.coords(Idx(red, linear="r")) if len(red) > 1 else ["r"]
-        full = list(ocs)
-        for a, c in zip(axes, rcs, strict=True):
-            full[a] = c
-        v = b.value(src, Idx(src.shape, coords=full))
+        v, inner = _value_at_r(b, src, ocs, axes, red)
         if is_arg:
             cmp = ">" if op == "argmax" else "<"
             # the first NaN wins, like NumPy (once acc is NaN no comparison succeeds)
@@ -266,7 +277,6 @@ class CStyleRenderer:
             inner.append("acc = " + _combine(op, "acc", v) + ";")
         if nan_flag:
             inner.append(f"nanf |= {v} != {v};")
-        b.lines, b.cache = saved_lines, saved_cache
         lines.extend(self.reduce_loop("r", lo, hi, step, inner, idx_t, "acc", "" if is_arg else op, nan_flag))
         if nan_flag:
             lines.append("if (nanf) acc = NAN;")
@@ -301,17 +311,10 @@ class CStyleRenderer:
         nan_flag = src.dtype.is_float and op in ("max", "min")
         if nan_flag:
             lines.append("int nanf = 0;")
-        saved_lines, saved_cache = b.lines, dict(b.cache)
-        b.lines = inner = []
-        rcs = b.coords(Idx(red, linear="r")) if len(red) > 1 else ["r"]
-        full = list(ocs)
-        for a, c in zip(axes, rcs, strict=True):
-            full[a] = c
-        v = b.value(src, Idx(src.shape, coords=full))
+        v, inner = _value_at_r(b, src, ocs, axes, red)
         inner.append("acc = " + _combine(op, "acc", v) + ";")
         if nan_flag:
             inner.append(f"nanf |= {v} != {v};")
-        b.lines, b.cache = saved_lines, saved_cache
         lo, step = f"({w} % {parts}) * {group} + {li}", str(parts * group)
         lines.extend(self.reduce_loop("r", lo, str(total), step, inner, idx_t, "acc", op, nan_flag))
         if nan_flag:
