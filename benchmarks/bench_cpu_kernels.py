@@ -12,12 +12,36 @@ from __future__ import annotations
 import argparse
 import collections
 import time
+from typing import Any
 
 import numpy as np
 
 import plait
 import plait.nn as pnn
 from plait.models import architectures
+
+
+def kernel_times(kernels: list[Any], launches: list[Any], repeats: int) -> list[tuple[float, str]]:
+    """(fastest thread CPU seconds of `repeats` launches, kernel name) per kernel of a plan that has run once."""
+    per: list[tuple[float, str]] = []
+    for kernel, launch in zip(kernels, launches, strict=True):
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.thread_time()
+            launch()
+            best = min(best, time.thread_time() - t0)
+        per.append((best, kernel.name))
+    return per
+
+
+def by_kind(per: list[tuple[float, str]]) -> tuple[collections.Counter[str], collections.Counter[str]]:
+    """Summed seconds and kernel count per kind of kernel (the name's prefix: CONV, GEMV, E, R, ...)."""
+    total: collections.Counter[str] = collections.Counter()
+    count: collections.Counter[str] = collections.Counter()
+    for t, name in per:
+        total[name.split("_")[0]] += t
+        count[name.split("_")[0]] += 1
+    return total, count
 
 
 def main() -> None:
@@ -33,19 +57,8 @@ def main() -> None:
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     plan, _ = f.plan_for([x])
     f(x)  # copies the input in and runs once, so every kernel reads real data
-    per: list[tuple[float, str]] = []
-    for kernel, launch in zip(plan.kernels, plan.launches, strict=True):
-        best = float("inf")
-        for _ in range(args.repeats):
-            t0 = time.thread_time()
-            launch()
-            best = min(best, time.thread_time() - t0)
-        per.append((best, kernel.name))
-    total: collections.Counter[str] = collections.Counter()
-    count: collections.Counter[str] = collections.Counter()
-    for t, name in per:
-        total[name.split("_")[0]] += t
-        count[name.split("_")[0]] += 1
+    per = kernel_times(plan.kernels, plan.launches, args.repeats)
+    total, count = by_kind(per)
     print(f"{args.model} b{args.batch}: total {sum(t for t, _ in per) * 1e3:.1f} ms cpu, {len(per)} kernels")
     for kind, t in total.most_common():
         print(f"  {kind:8s} {count[kind]:4d} {t * 1e3:8.1f} ms")

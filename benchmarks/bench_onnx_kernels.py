@@ -10,9 +10,7 @@ keeps numbers comparable on a machine that other jobs share (wall times there sw
 from __future__ import annotations
 
 import argparse
-import collections
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,7 @@ import numpy as np
 from plait.onnx import InferenceSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_cpu_kernels import by_kind, kernel_times
 from bench_onnx import MODELS, export
 
 
@@ -34,19 +33,8 @@ def main() -> None:
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     sess.run(None, {"x": x})  # builds the plan and runs it once, so every kernel reads real data
     plans = [c.plan for c in sess._plans.values() if c.plan is not None]
-    per: list[tuple[float, str]] = []
-    for kernel, launch in zip(plans[0].kernels, plans[0].launches, strict=True):
-        best = float("inf")
-        for _ in range(args.repeats):
-            t0 = time.thread_time()
-            launch()
-            best = min(best, time.thread_time() - t0)
-        per.append((best, kernel.name))
-    total: collections.Counter[str] = collections.Counter()
-    count: collections.Counter[str] = collections.Counter()
-    for t, name in per:
-        total[name.split("_")[0]] += t
-        count[name.split("_")[0]] += 1
+    per = kernel_times(plans[0].kernels, plans[0].launches, args.repeats)
+    total, count = by_kind(per)
     kinds = ", ".join(f"{k} {count[k]} {v * 1e3:.1f}" for k, v in total.most_common())
     print(f"{args.model} b{args.batch} (ONNX): {sum(total.values()) * 1e3:.1f} ms cpu, {len(per)} kernels: {kinds}")
     for t, name in sorted(per, reverse=True)[: args.top]:

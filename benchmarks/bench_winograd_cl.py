@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,21 +26,8 @@ import plait.nn.functional as F
 from plait import settings
 from plait.runtime import get_device
 
-# (in channels, out channels, image size): the 3x3 stride-1 layers of resnet18/34/50 and vgg16
-LAYERS = [
-    (64, 64, 56),
-    (128, 128, 28),
-    (256, 256, 14),
-    (512, 512, 7),
-    (64, 64, 224),
-    (64, 128, 112),
-    (128, 128, 112),
-    (128, 256, 56),
-    (256, 256, 56),
-    (256, 512, 28),
-    (512, 512, 28),
-    (512, 512, 14),
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_winograd import LAYERS  # the same 3x3 stride-1 layers as the cpu's per-layer benchmark
 
 
 def _kernel_times(device: str, c: int, k: int, hw: int, batch: int, mode: str, reps: int) -> list[tuple[str, float]]:
