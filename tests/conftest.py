@@ -45,6 +45,15 @@ DEVICES = _devices()
 MODEL_DEVICES = _model_devices()
 
 
+@pytest.fixture(autouse=True)
+def _cpu_is_the_default_device():
+    """A test that names no device runs on the cpu on every machine, as on CI: on a GPU machine the default device
+    would be the GPU, and tensors made without a device would land there beside models built for the cpu. Tests
+    parametrised by `device` pass theirs explicitly."""
+    with settings.override(PLAIT_DEVICE="cpu"):
+        yield
+
+
 @pytest.fixture(params=DEVICES)
 def device(request: pytest.FixtureRequest) -> str:
     return str(request.param)

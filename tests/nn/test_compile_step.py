@@ -17,14 +17,6 @@ from plait.frontends.native.jit import CompiledStep
 STEPS = 6  # call 1 eager, calls 2-3 traced, calls 4-6 replayed
 
 
-@pytest.fixture(autouse=True)
-def _cpu_by_default():
-    """Tests without a `device` parameter build on the cpu; tensors made with no device must land there too, also on
-    a machine whose default device is a GPU."""
-    with plait.settings.override(PLAIT_DEVICE="cpu"):
-        yield
-
-
 def _mlp_pair(device: str) -> tuple[nn.Module, torch.nn.Module]:
     torch.manual_seed(0)
     # no bias before the BatchNorm: its gradient is zero up to rounding, which Adam's division would amplify

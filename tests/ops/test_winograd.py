@@ -178,7 +178,7 @@ def test_resnet18_inference_plan_matches_torch(mode):
 
     torch.manual_seed(0)
     ref_model = build("resnet18", num_classes=10).eval()
-    model = plait.models.resnet18(num_classes=10).to("cpu").eval()  # the cpu device also where a GPU is the default
+    model = plait.models.resnet18(num_classes=10).eval()
     model.load_state_dict(ref_model.state_dict())
     x = np.random.default_rng(0).standard_normal((2, 3, 96, 96)).astype(np.float32)
     with settings.override(PLAIT_WINOGRAD=mode), plait.no_grad():
