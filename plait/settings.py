@@ -39,6 +39,13 @@ REGISTRY: dict[str, Setting] = {
             " FP32 rounding of a direct sum), '2' or '4' (Winograd F(2,3) / F(4,3) wherever it applies)",
         ),
         Setting("PLAIT_WINOGRAD_CL", str, "auto", "OpenCL 3x3 convolutions: 'auto' (wide layers), 'off', '2' (all)"),
+        Setting(
+            "PLAIT_REUSE_BUFFERS",
+            int,
+            1,
+            "1: a plan's intermediates share storage once their last reader has run (memory plan); 0: every"
+            " intermediate keeps a buffer of its own (to compare peak memory or rule the plan out when debugging)",
+        ),
         Setting("PLAIT_HYPOTHESIS_EXAMPLES", int, 25, "examples per hypothesis test"),
     )
 }

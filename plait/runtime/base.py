@@ -31,6 +31,18 @@ class Buffer:
 class Allocator:
     """alloc/free/copy_in/copy_out; implementations may cache freed blocks by size."""
 
+    in_use = 0  # bytes held by live buffers (cached free blocks not counted)
+    peak = 0  # the most `in_use` has been since reset_peak(): the memory a workload needs
+
+    def taken(self, nbytes: int) -> None:
+        """Count a buffer handed out (implementations call this from alloc)."""
+        self.in_use += nbytes
+        self.peak = max(self.peak, self.in_use)
+
+    def reset_peak(self) -> None:
+        """Start measuring `peak` afresh from what is in use now."""
+        self.peak = self.in_use
+
     def alloc(self, nbytes: int) -> Buffer:
         raise NotImplementedError
 

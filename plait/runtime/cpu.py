@@ -64,9 +64,11 @@ class CPUAllocator(Allocator):
             raw = np.empty(max(nbytes, 1) + 64, dtype=np.uint8)
             start = (-raw.ctypes.data) % 64
             arr = raw[start : start + max(nbytes, 1)]
+        self.taken(nbytes)
         return Buffer(self.device, nbytes, arr)
 
     def free(self, nbytes: int, handle: Any) -> None:
+        self.in_use -= nbytes
         self.pool.setdefault(nbytes, []).append(handle)
 
     def copy_in(self, buf: Buffer, src: np.ndarray) -> None:

@@ -80,6 +80,7 @@ class CLAllocator(Allocator):
     def alloc(self, nbytes: int) -> Buffer:
         free = self.pool.get(nbytes)
         if free:
+            self.taken(nbytes)
             return Buffer(self.device, nbytes, free.pop())
         cl = _cl()
         for attempt in range(2):
@@ -92,6 +93,7 @@ class CLAllocator(Allocator):
                 raise DeviceError(
                     f"{self.device.name}: cannot allocate {nbytes} bytes ({e}); use a smaller batch"
                 ) from e
+        self.taken(nbytes)
         return Buffer(self.device, nbytes, handle)
 
     def release_cached(self) -> int:
@@ -104,6 +106,7 @@ class CLAllocator(Allocator):
         return released
 
     def free(self, nbytes: int, handle: Any) -> None:
+        self.in_use -= nbytes
         self.pool.setdefault(nbytes, []).append(handle)
 
     def copy_in(self, buf: Buffer, src: np.ndarray) -> None:

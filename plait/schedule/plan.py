@@ -23,6 +23,13 @@ from plait.runtime import get_device
 from plait.runtime.base import Buffer, Device
 from plait.schedule.scheduler import Item, schedule
 
+_HELD: weakref.WeakSet[Any] = weakref.WeakSet()  # live objects with a `.node` the caller can read (plait.Tensor)
+
+
+def hold(obj: Any) -> None:
+    """Note a live object whose `.node` the caller may read later: a realize keeps the buffers it reaches."""
+    _HELD.add(obj)
+
 
 def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> RenderedKernel:
     """The kernel of one scheduled item; a GEMM uses `knobs` when given (tuning), else the tuned or heuristic ones."""
@@ -84,14 +91,112 @@ def _compile(device: Device, kernels: list[RenderedKernel], items: list[Item]) -
 
 
 def _alloc(device: Device, node: Node) -> Buffer:
-    return device.allocator.alloc(node.size * node.dtype.itemsize)
+    buf = device.allocator.alloc(node.size * node.dtype.itemsize)
+    _manage(buf)
+    return buf
+
+
+def reuse_enabled() -> bool:
+    """Whether plans share storage between intermediates whose lifetimes do not overlap (PLAIT_REUSE_BUFFERS)."""
+    return bool(settings.get("PLAIT_REUSE_BUFFERS"))
+
+
+@dataclass
+class Tenant(Buffer):
+    """An intermediate's view of a shared slot buffer (`base`, at least as large): kernels get the slot's handle,
+    `nbytes` is the intermediate's own size, and the view keeps the slot alive."""
+
+    base: Buffer | None = None
+
+
+@dataclass
+class MemoryPlan:
+    """Which launched steps share storage: `slot[i]` is the shared slot step i writes (None: a buffer of its own),
+    `sizes` each slot's bytes. Made once when a plan is built, so replays run on fixed, preset buffers."""
+
+    slot: list[int | None]
+    sizes: list[int]
+
+    def slots(self, device: Device) -> list[Buffer]:
+        """One buffer per slot, returned to the allocator's pool when the last view of it dies."""
+        bufs = [device.allocator.alloc(n) for n in self.sizes]
+        for b in bufs:
+            _manage(b)
+        return bufs
+
+
+def plan_memory(sizes: list[int], alias: list[int | None], reads: list[list[int]], pinned: set[int]) -> MemoryPlan:
+    """Assign storage to a sequence of steps run in order, reusing a slot once the last reader of its value ran.
+
+    Step i writes `sizes[i]` bytes, or, where `alias[i]` is set, is a view of step alias[i]'s storage (a reshape;
+    -1: a view of a buffer from outside). `reads[i]` lists the earlier steps whose values step i reads. Steps in
+    `pinned` (outputs, values a caller can still see, work done once) keep buffers of their own, as do views of
+    them. A step never writes a slot that one of its own inputs occupies. Greedy best fit: the smallest free slot
+    that is large enough, else the largest free one grown to fit, else a new slot."""
+    n = len(sizes)
+    root = list(range(n))
+    for i, a in enumerate(alias):
+        if a is not None:
+            root[i] = root[a] if a >= 0 else -1
+    last = list(range(n))
+    for i in range(n):
+        for j in reads[i]:
+            r = root[j]
+            if r >= 0:
+                last[r] = max(last[r], i)
+    keep = {root[i] for i in pinned if root[i] >= 0}
+    ends: dict[int, list[int]] = {}
+    for r in range(n):
+        if alias[r] is None:
+            ends.setdefault(last[r], []).append(r)
+    slot: list[int | None] = [None] * n
+    slot_sizes: list[int] = []
+    free: list[int] = []
+    for i in range(n):
+        if alias[i] is None and i not in keep and sizes[i] > 0:
+            fits = [s for s in free if slot_sizes[s] >= sizes[i]]
+            if fits:
+                s = min(fits, key=lambda s: slot_sizes[s])
+            elif free:
+                s = max(free, key=lambda s: slot_sizes[s])
+                slot_sizes[s] = sizes[i]
+            else:
+                s = len(slot_sizes)
+                slot_sizes.append(sizes[i])
+            if s in free:
+                free.remove(s)
+            slot[i] = s
+        for r in ends.get(i, ()):
+            done = slot[r]
+            if done is not None:
+                free.append(done)
+    return MemoryPlan(slot, slot_sizes)
+
+
+def _place(device: Device, nbytes: int, slot: int | None, slots: list[Buffer]) -> Buffer:
+    """The buffer a step writes: a view of its shared slot, or a buffer of its own."""
+    if slot is None:
+        buf = device.allocator.alloc(nbytes)
+        _manage(buf)
+        return buf
+    base = slots[slot]
+    return Tenant(device, nbytes, base.handle, managed=True, base=base)
 
 
 class Plan:
     """Kernels for `outputs`, compiled and bound. Leaves are existing buffers or `input` placeholder nodes whose
     buffers the plan owns; call it with arrays for the inputs and get arrays for the outputs."""
 
-    def __init__(self, outputs: list[Node], inputs: list[Node] | None = None):
+    def __init__(
+        self,
+        outputs: list[Node],
+        inputs: list[Node] | None = None,
+        keep: Callable[[set[int]], set[int]] | None = None,
+        reuse: bool | None = None,
+    ):
+        """`keep(uids)` says which of the nodes the plan computes (by uid) a caller can still see besides the
+        outputs: those keep buffers of their own. The rest share storage where their lifetimes do not overlap,
+        unless `reuse` is False (default: PLAIT_REUSE_BUFFERS)."""
         if not outputs:
             raise PlaitError("a plan needs at least one output")
         self.device = get_device(outputs[0].device)
@@ -113,11 +218,14 @@ class Plan:
         self.kernels: list[RenderedKernel] = []
         self.launches: list[Any] = []
         pending: list[tuple[RenderedKernel, list[Buffer]]] = []
-        for item in self.items:
+        self.memory = self._plan_memory(keep, reuse_enabled() if reuse is None else reuse)
+        slots = self.memory.slots(self.device)
+        for item, slot in zip(self.items, self.memory.slot, strict=True):
             if item.kind == "alias":
                 self.buffers[item.out.uid] = self._buffer_of(item.inputs[0])
                 continue
-            out_buf = self.buffers[item.out.uid] = _alloc(self.device, item.out)
+            nbytes = item.out.size * item.out.dtype.itemsize
+            out_buf = self.buffers[item.out.uid] = _place(self.device, nbytes, slot, slots)
             if item.out.size == 0:
                 continue
             k = render(self.device, item)
@@ -140,6 +248,29 @@ class Plan:
             self.bound.append(Launch(prog, k, bufs))
         for item, prog, (k, _) in zip(built, programs, pending, strict=True):
             self.programs[item.out.uid] = (prog, k)
+
+    def _plan_memory(self, keep: Callable[[set[int]], set[int]] | None, reuse: bool) -> MemoryPlan:
+        """Storage for the items' outputs (see plan_memory); without `reuse` every item gets a buffer of its own."""
+        at = {item.out.uid: i for i, item in enumerate(self.items)}
+        sizes = [item.out.size * item.out.dtype.itemsize for item in self.items]
+        self.unshared_bytes = sum(n.size * n.dtype.itemsize for n in self.inputs) + sum(
+            size for size, item in zip(sizes, self.items, strict=True) if item.kind != "alias"
+        )
+        if not reuse:
+            return MemoryPlan([None] * len(self.items), [])
+        alias = [at.get(item.inputs[0].uid, -1) if item.kind == "alias" else None for item in self.items]
+        reads = [[at[n.uid] for n in item.inputs if n.uid in at] for item in self.items]
+        seen = {n.uid for n in self.outputs} | (keep(set(at)) if keep is not None else set())
+        pinned = {i for i, item in enumerate(self.items) if item.out.uid in seen or item.extra.get("constant")}
+        return plan_memory(sizes, alias, reads, pinned)
+
+    @property
+    def peak_bytes(self) -> int:
+        """Device memory the plan's own buffers take (inputs, outputs, kept values and the shared slots): what its
+        replays need beyond the caller's buffers. `unshared_bytes` is the same without reuse."""
+        own = [self.buffers[n.uid] for n in self.inputs]
+        own += [self.buffers[it.out.uid] for it in self.items if it.kind != "alias"]
+        return sum(b.nbytes for b in own if not isinstance(b, Tenant)) + sum(self.memory.sizes)
 
     def _buffer_of(self, node: Node) -> Buffer:
         if node.buffer is not None:
@@ -263,10 +394,90 @@ class _Step:
     program: Any  # None for aliases and empty outputs
     kernel: RenderedKernel | None
     refs: list[tuple[str, int]]  # ("leaf", slot) or ("item", index of an earlier step)
+    alias: bool  # a reshape viewing its one input's buffer
 
 
-_RECIPES: OrderedDict[Any, list[_Step]] = OrderedDict()
+class _Recipe:
+    """What a realize compiled for one graph structure: its steps, and the memory plan per set of steps whose
+    values a caller could still see (usually one set per structure, e.g. a training loop's)."""
+
+    def __init__(self, plan: Plan, pos: dict[int, tuple[str, int]]):
+        item_index: dict[int, int] = {}
+        self.steps: list[_Step] = []
+        for j, item in enumerate(plan.items):
+            refs = []
+            for x in item.inputs:
+                where = pos.get(x.uid)
+                refs.append(where if where is not None and where[0] == "leaf" else ("item", item_index[x.uid]))
+            prog, kernel = plan.programs.get(item.out.uid, (None, None))
+            at = pos.get(item.out.uid)
+            nbytes = item.out.size * item.out.dtype.itemsize
+            self.steps.append(_Step(at[1] if at else None, nbytes, prog, kernel, refs, item.kind == "alias"))
+            item_index[item.out.uid] = j
+        self.memory: dict[frozenset[int], MemoryPlan] = {}
+
+    def memory_for(self, pinned: frozenset[int]) -> MemoryPlan:
+        """The memory plan when the steps in `pinned` keep buffers of their own (computed once per set)."""
+        mem = self.memory.get(pinned)
+        if mem is None:
+            steps = self.steps
+            alias = [(s.refs[0][1] if s.refs[0][0] == "item" else -1) if s.alias else None for s in steps]
+            reads = [[i for kind, i in s.refs if kind == "item"] for s in steps]
+            mem = self.memory[pinned] = plan_memory([s.nbytes for s in steps], alias, reads, set(pinned))
+        return mem
+
+    def replay(self, device: Device, order: list[Node], leaves: list[Node], outputs: list[Node]) -> None:
+        """Run the steps on `order`'s nodes with fresh buffers; attach the ones a caller can see to their nodes."""
+        steps = self.steps
+        placed = {order[s.out_pos].uid: i for i, s in enumerate(steps) if s.out_pos is not None}
+        if reuse_enabled():
+            seen = {n.uid for n in outputs} | held(set(placed))
+            mem = self.memory_for(frozenset(placed[u] for u in seen if u in placed))
+        else:
+            mem = MemoryPlan([None] * len(steps), [])
+        slots = mem.slots(device)
+        bufs: list[Buffer] = []
+        for step, slot in zip(steps, mem.slot, strict=True):
+            ins = [leaves[i].buffer if kind == "leaf" else bufs[i] for kind, i in step.refs]
+            if step.alias:
+                buf = ins[0]
+            else:
+                buf = _place(device, step.nbytes, slot, slots)
+                if step.program is not None and step.kernel is not None:
+                    try:
+                        step.program.bind([buf, *ins], step.kernel.global_size, step.kernel.local_size)()
+                    except device.launch_errors as e:
+                        raise device.launch_failure(e) from e
+                    if _CAPTURES:
+                        _CAPTURES[-1].launches.append(Launch(step.program, step.kernel, [buf, *ins]))
+            bufs.append(buf)
+        for step, buf in zip(steps, bufs, strict=True):
+            if step.out_pos is not None and not isinstance(buf, Tenant):
+                attach(order[step.out_pos], buf)
+
+
+_RECIPES: OrderedDict[Any, _Recipe] = OrderedDict()
 _MAX_RECIPES = 256
+
+
+def held(computed: set[int]) -> set[int]:
+    """The nodes among `computed` (uids) that a caller can still read: held by a live Tensor, or read by an
+    unrealized node that a live Tensor reaches (a loss realized after the gradients that shared its forward pass).
+    The others are temporaries whose storage a plan may reuse; such a node stays unrealized, so reading it later
+    computes it again rather than reading stale memory."""
+    kept: set[int] = set()
+    seen: set[int] = set()
+    stack: list[Node] = [node for t in list(_HELD) if (node := getattr(t, "node", None)) is not None]
+    while stack:
+        node = stack.pop()
+        if node.uid in seen:
+            continue
+        seen.add(node.uid)
+        if node.uid in computed:
+            kept.add(node.uid)
+        elif node.buffer is None:
+            stack.extend(node.srcs)
+    return kept
 
 
 def _signature(pending: list[Node]) -> tuple[Any, list[Node], list[Node], dict[int, tuple[str, int]]]:
@@ -296,44 +507,6 @@ def _signature(pending: list[Node]) -> tuple[Any, list[Node], list[Node], dict[i
     return key, order, leaves, pos
 
 
-def _recipe(plan: Plan, pos: dict[int, tuple[str, int]]) -> list[_Step]:
-    item_index: dict[int, int] = {}
-    steps: list[_Step] = []
-    for j, item in enumerate(plan.items):
-        refs = []
-        for x in item.inputs:
-            where = pos.get(x.uid)
-            refs.append(where if where is not None and where[0] == "leaf" else ("item", item_index[x.uid]))
-        prog, kernel = plan.programs.get(item.out.uid, (None, None))
-        at = pos.get(item.out.uid)
-        steps.append(_Step(at[1] if at else None, item.out.size * item.out.dtype.itemsize, prog, kernel, refs))
-        item_index[item.out.uid] = j
-    return steps
-
-
-def _replay(device: Device, steps: list[_Step], order: list[Node], leaves: list[Node]) -> None:
-    bufs: list[Buffer] = []
-    for step in steps:
-        ins = [leaves[i].buffer if kind == "leaf" else bufs[i] for kind, i in step.refs]
-        if step.program is None and step.refs and step.nbytes == ins[0].nbytes:
-            buf = ins[0]  # an alias: a reshape of a contiguous buffer
-        else:
-            buf = device.allocator.alloc(step.nbytes)
-            if step.program is not None and step.kernel is not None:
-                try:
-                    step.program.bind([buf, *ins], step.kernel.global_size, step.kernel.local_size)()
-                except device.launch_errors as e:
-                    raise device.launch_failure(e) from e
-                if _CAPTURES:
-                    _CAPTURES[-1].launches.append(Launch(step.program, step.kernel, [buf, *ins]))
-        bufs.append(buf)
-    for step, buf in zip(steps, bufs, strict=True):
-        if step.out_pos is not None:
-            attach(order[step.out_pos], buf)
-        else:
-            _manage(buf)
-
-
 def realize(nodes: list[Node]) -> None:
     """Compute `nodes` (lazy graph -> kernels -> run) and turn each into a leaf holding its buffer.
 
@@ -348,17 +521,19 @@ def realize(nodes: list[Node]) -> None:
         by_device.setdefault(n.device, []).append(n)
     for group in by_device.values():
         key, order, leaves, pos = _signature(group)
-        steps = _RECIPES.get(key)
-        if steps is not None:
+        recipe = _RECIPES.get(key)
+        if recipe is not None:
             _RECIPES.move_to_end(key)
-            _replay(get_device(group[0].device), steps, order, leaves)
+            recipe.replay(get_device(group[0].device), order, leaves, group)
             continue
-        plan = Plan(group)
+        plan = Plan(group, keep=held)
         plan.run()
         if _CAPTURES:
             _CAPTURES[-1].launches.extend(plan.bound)
-        _RECIPES[key] = _recipe(plan, pos)
+        _RECIPES[key] = _Recipe(plan, pos)
         if len(_RECIPES) > _MAX_RECIPES:
             _RECIPES.popitem(last=False)
         for item in plan.items:
-            attach(item.out, plan.buffers[item.out.uid])
+            buf = plan.buffers[item.out.uid]
+            if not isinstance(buf, Tenant):  # a shared slot's later tenants overwrite it: the node stays lazy
+                attach(item.out, buf)

@@ -26,7 +26,7 @@ from plait.graph.ops import movement as mv
 from plait.graph.ops import reduce as rd
 from plait.graph.ops.matmul import matmul as _matmul
 from plait.runtime import canonical, default_device, get_device
-from plait.schedule.plan import attach, read, realize, record_upload
+from plait.schedule.plan import attach, hold, read, realize, record_upload
 
 Scalar = int | float | bool
 _LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
@@ -70,6 +70,7 @@ class Tensor:
     def __init__(self, node: Node):
         self.node = node
         self.grad: Tensor | None = None
+        hold(self)  # a realize keeps the values this tensor can still read (plan memory reuse)
 
     # ---------------------------------------------------------------- creation
 
