@@ -15,7 +15,7 @@ import numpy as np
 
 from plait.codegen.opencl import OpenCLRenderer
 from plait.errors import CompileError, DeviceError
-from plait.runtime import cache
+from plait.runtime import cache, opencl_build
 from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, build_each, build_parallel, join_sources
 
 if "OCL_ICD_VENDORS" not in os.environ and os.path.isdir("/etc/OpenCL/vendors"):
@@ -176,23 +176,35 @@ class OpenCLDevice(Device):
         )
 
     def compile(self, source: str, kernel_name: str) -> Program:
-        key = cache.key_of("opencl", self.info.name, self.info.driver, source)
+        key = self._key(source)
         prog = self._programs.get(key)
         if prog is None:
             prog = self._programs[key] = CLProgram(self, getattr(self._build(key, source), kernel_name))
         return prog
 
     def compile_batch(self, kernels: list[tuple[str, str]]) -> list[Program]:
-        """A plan's kernels as one OpenCL program per host core, built from parallel threads: a few driver builds
-        instead of one per kernel, and not one long serial one (NVIDIA's driver runs them about 2x faster so)."""
-        keyed = [(cache.key_of("opencl", self.info.name, self.info.driver, src), src, name) for src, name in kernels]
-        todo = [(src, name) for key, src, name in keyed if key not in self._programs]
+        """A plan's kernels built in parallel. On NVIDIA (its JIT cache on) and with enough kernels not in the disk
+        cache, worker processes build them (opencl_build: a process's builds are largely serialised by the
+        driver); elsewhere one OpenCL program per host core, built from parallel threads: a few driver builds
+        instead of one per kernel, and not one long serial one."""
+        todo = [(src, name) for src, name in kernels if self._key(src) not in self._programs]
         todo = list(dict((name, (src, name)) for src, name in todo).values())  # a kernel used twice is built once
+        if opencl_build.workers_help(self.dev):
+            # kernels in the disk cache load from it below (their machine code is in the driver's JIT cache)
+            todo = [(src, name) for src, name in todo if cache.get("opencl", self._key(src)) is None]
+            if len(todo) >= opencl_build.MIN_KERNELS:
+                built = opencl_build.build_binaries(self.dev, [src for src, _ in todo])
+                for i, binary in built.items():
+                    cache.put("opencl", self._key(todo[i][0]), binary)
+                todo = []  # compile() below loads each binary; one a worker could not build is built there
         if len(todo) > 1:
             with warnings.catch_warnings():  # the threads' own catch_warnings interleave: hold the filter for all
                 warnings.simplefilter("ignore", _cl().CompilerWarning)
                 build_parallel(self._build_group, todo)
         return [self.compile(src, name) for src, name in kernels]
+
+    def _key(self, source: str) -> str:
+        return cache.key_of("opencl", self.info.name, self.info.driver, source)
 
     def _build_group(self, group: list[tuple[str, str]]) -> None:
         if len(group) < 2:
@@ -205,9 +217,7 @@ class OpenCLDevice(Device):
             build_each(self, group)
             return
         for src, name in group:
-            self._programs[cache.key_of("opencl", self.info.name, self.info.driver, src)] = CLProgram(
-                self, getattr(prog, name)
-            )
+            self._programs[self._key(src)] = CLProgram(self, getattr(prog, name))
 
     def _build(self, key: str, source: str) -> Any:
         cl = _cl()

@@ -1,0 +1,133 @@
+"""Building many OpenCL kernels at once in worker processes, for drivers that serialise builds within a process.
+
+NVIDIA's OpenCL driver turns source into PTX and then PTX into machine code, and a process builds one program at a
+time for much of that: resnet50's 50 batch-64 inference kernels took 14.7 s on an H100 built from 16 threads of one
+process, and 3.4 s from 16 processes (docs/benchmarks.md, "NVIDIA GPU: alexnet at batch 64 and first compile").
+Each worker is a small Python process (pyopencl only, no plait) with its own context on the same device: it builds
+one kernel source per request and sends the program binary back. The driver's binary is PTX, which the parent
+loads at no cost only where the driver's own JIT cache (on by default; off with CUDA_CACHE_DISABLE=1) kept the
+machine code the worker made, so the workers are used only there (`workers_help`).
+
+Workers start when a plan has enough kernels to build and stop when they are built: each holds a device context.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from typing import Any
+
+MIN_KERNELS = 8  # fewer uncached kernels build in-process: starting workers costs about a second
+KERNELS_PER_WORKER = 3  # at least this many kernels per worker started, so each start pays for itself
+
+# The worker: select the device by platform and device index, then answer requests on stdin/stdout. A request is a
+# length-prefixed UTF-8 source; a reply is a status byte (0: binary follows, 1: build log follows) and a
+# length-prefixed payload. It imports no plait module, so it starts in a fraction of a second.
+_WORKER = r"""
+import os, struct, sys, warnings
+out = os.fdopen(os.dup(1), "wb")  # replies go to the real stdout; anything a library prints goes to stderr
+os.dup2(2, 1)
+import pyopencl as cl
+warnings.simplefilter("ignore")
+plat, index = int(sys.argv[1]), int(sys.argv[2])
+dev = cl.get_platforms()[plat].get_devices()[index]
+ctx = cl.Context([dev])
+inp = sys.stdin.buffer
+while True:
+    head = inp.read(4)
+    if len(head) < 4:
+        break
+    src = inp.read(struct.unpack("<I", head)[0]).decode()
+    try:
+        prog = cl.Program(ctx, src).build()
+        status, payload = 0, bytes(prog.get_info(cl.program_info.BINARIES)[0])
+    except Exception as e:
+        status, payload = 1, str(e)[-4000:].encode()
+    out.write(struct.pack("<BI", status, len(payload)) + payload)
+    out.flush()
+"""
+
+
+def workers_help(dev: Any) -> bool:
+    """True where building in worker processes pays: NVIDIA's driver with its JIT cache on."""
+    return "NVIDIA" in dev.platform.name.upper() and os.environ.get("CUDA_CACHE_DISABLE", "0") in ("", "0")
+
+
+def device_index(dev: Any) -> tuple[int, int]:
+    """(platform index, device index within it) of `dev`, as a worker process enumerates them."""
+    import pyopencl as cl
+
+    for p, plat in enumerate(cl.get_platforms()):
+        for d, other in enumerate(plat.get_devices()):
+            if other == dev:
+                return p, d
+    raise LookupError(f"OpenCL device {dev.name} is not among the platforms' devices")
+
+
+def _read(stream: Any, n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) < n:
+        raise EOFError("the build worker exited")
+    return bytes(data)
+
+
+def _serve(proc: subprocess.Popen[bytes], jobs: queue.Queue[tuple[int, str]], results: dict[int, bytes]) -> None:
+    """Feed one worker jobs until none are left; a worker that dies leaves its jobs' results unset."""
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        while True:
+            try:
+                i, src = jobs.get_nowait()
+            except queue.Empty:
+                return
+            data = src.encode()
+            proc.stdin.write(struct.pack("<I", len(data)) + data)
+            proc.stdin.flush()
+            status, size = struct.unpack("<BI", _read(proc.stdout, 5))
+            payload = _read(proc.stdout, size)
+            if status == 0 and payload:
+                results[i] = payload
+    except (OSError, EOFError):
+        return
+
+
+def build_binaries(dev: Any, sources: list[str], workers: int | None = None) -> dict[int, bytes]:
+    """Program binaries of `sources` for `dev`, built by worker processes: {index in sources: binary}. A source
+    the compiler rejects, or one a worker could not build, has no entry; the caller builds it in-process, where
+    the compiler's error names the kernel."""
+    if not sources:
+        return {}
+    plat, index = device_index(dev)
+    count = workers or min(os.cpu_count() or 1, -(-len(sources) // KERNELS_PER_WORKER))
+    jobs: queue.Queue[tuple[int, str]] = queue.Queue()
+    for i in sorted(range(len(sources)), key=lambda i: -len(sources[i])):  # longest first: better balance
+        jobs.put((i, sources[i]))
+    results: dict[int, bytes] = {}
+    cmd = [sys.executable, "-c", _WORKER, str(plat), str(index)]
+    procs = [
+        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        for _ in range(count)
+    ]
+    threads = [threading.Thread(target=_serve, args=(p, jobs, results), daemon=True) for p in procs]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for p in procs:
+            if p.stdin is not None:
+                p.stdin.close()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+    return results

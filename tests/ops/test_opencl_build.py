@@ -1,0 +1,51 @@
+"""OpenCL kernels built in worker processes (plait/runtime/opencl_build.py): the binaries they send back load in
+this process's context and compute what the source says; a source the compiler rejects is left for an in-process
+build, whose error names the kernel."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from plait import settings
+from plait.errors import CompileError
+from plait.runtime import cache, get_device, opencl_build
+from tests.conftest import DEVICES
+
+CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
+
+
+def _scale_kernel(factor: float) -> tuple[str, str]:
+    """A kernel multiplying by `factor`, its name unique to this run so no cache serves it."""
+    name = f"scale_{uuid.uuid4().hex[:12]}"
+    src = f"__kernel void {name}(__global float* y, __global const float* x) {{ int i = get_global_id(0); y[i] = {factor}f * x[i]; }}"
+    return src, name
+
+
+def _run(dev: object, prog: object, x: np.ndarray) -> np.ndarray:
+    alloc = dev.allocator  # type: ignore[attr-defined]
+    bx, by = alloc.alloc(x.nbytes), alloc.alloc(x.nbytes)
+    alloc.copy_in(bx, x)
+    prog.bind([by, bx], (x.size,), None)()  # type: ignore[attr-defined]
+    out = np.empty_like(x)
+    alloc.copy_out(by, out)
+    return out
+
+
+@pytest.mark.parametrize("cl_device", CL_DEVICES)
+def test_compile_batch_through_workers(cl_device: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    dev = get_device(cl_device)
+    monkeypatch.setattr(opencl_build, "workers_help", lambda _dev: True)  # as on NVIDIA with its JIT cache on
+    monkeypatch.setattr(opencl_build, "MIN_KERNELS", 2)
+    good = _scale_kernel(-3.5)
+    bad = ("__kernel void rejected_here(__global float* y) { y[0] = undeclared; }", "rejected_here")
+    x = np.linspace(-1, 1, 32, dtype=np.float32)
+    with settings.override(PLAIT_CACHE_DIR=str(tmp_path)):
+        with pytest.raises(CompileError, match="rejected_here"):  # rebuilt in this process, where the error names it
+            dev.compile_batch([good, bad])
+        assert cache.get("opencl", dev._key(bad[0])) is None  # type: ignore[attr-defined]
+        assert cache.get("opencl", dev._key(good[0])) is not None  # type: ignore[attr-defined]  # a worker built it
+        prog = dev.compile(*good)  # loads the worker's binary into this process's context
+        np.testing.assert_array_equal(_run(dev, prog, x), -3.5 * x)
