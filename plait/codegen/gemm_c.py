@@ -652,8 +652,127 @@ static void plait_dw_plane(const float* x, const float* w, const plait_win* g, i
   }
 }
 
+/* Eight outputs of 16 planes side by side (one plane per vector lane), each output pixel at offset pix[v] of the
+   channel-interleaved padded input, every tap one aligned vector load at off[t]; eight accumulators hide the FMA
+   latency over the few taps. */
+static inline __attribute__((always_inline)) void plait_dw_lanes8(const float* p, const int* pix, const int* off,
+                                                                int taps, const float* wv, float* o) {
+  plait_v16 acc[8] = {{0}};
+  for (int t = 0; t < taps; t++) {
+    plait_v16 w = *(const plait_v16*)(wv + 16 * t);
+    const float* s = p + off[t];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++) acc[v] += w * *(const plait_v16*)(s + pix[v]);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; v++) *(plait_v16*)(o + 16 * v) = acc[v];
+}
+
+/* A 16x16 block: rows r[0..15] in, columns out (r[q][l] becomes r[l][q]), by plait_transpose16's shuffles. */
+static inline __attribute__((always_inline)) void plait_transpose16(plait_v16* r) {
+//@transpose16
+}
+
+/* Rows y0 .. y0 + rn - 1 of the zero-padded input of up to 16 planes (xs[l], l < lanes) into d, channel-minor (pixel
+   (y, x) of the buffer is the vector d[(y - y0) * cols + x]): 16-pixel runs of the planes' rows are transposed in
+   registers; lanes past `lanes` are zero. */
+static void plait_dw_interleave(const float* const* xs, int lanes, const plait_win* g, int y0, int rn, int cols,
+                                float* d) {
+  int x1 = g->w + g->pw < cols ? g->w : cols - g->pw;
+  plait_v16 r[16];
+  for (int yb = 0; yb < rn; yb++, d += (long)cols * 16) {
+    int iy = y0 + yb - g->ph;
+    if (iy < 0 || iy >= g->h) {
+      memset(d, 0, sizeof(float) * 16 * (size_t)cols);
+      continue;
+    }
+    memset(d, 0, sizeof(float) * 16 * (size_t)g->pw);
+    memset(d + (long)(g->pw + x1) * 16, 0, sizeof(float) * 16 * (size_t)(cols - g->pw - x1));
+    long at = (long)iy * g->w;
+    for (int x0 = 0; x0 < x1; x0 += 16) {
+      int cnt = x1 - x0 < 16 ? x1 - x0 : 16, whole = at + x0 + 16 <= (long)g->h * g->w; /* read stays in the plane */
+      for (int l = 0; l < 16; l++) {
+        const float* s = xs[l] + at + x0;
+        if (l < lanes && whole) {
+          r[l] = *(const plait_v16*)s; /* columns past cnt are read but never stored */
+        } else {
+          r[l] = (plait_v16){0};
+          if (l < lanes)
+            for (int j = 0; j < cnt; j++) r[l][j] = s[j];
+        }
+      }
+      plait_transpose16(r);
+      for (int q = 0; q < cnt; q++) *(plait_v16*)(d + 16 * (g->pw + x0 + q)) = r[q];
+    }
+  }
+}
+
+/* Up to 16 planes (`lanes`, starting at plane bz0) side by side, one per vector lane: a plane-wise kernel leaves most
+   of a vector idle on short rows (7 or 14 outputs in mobilenet_v2) and needs a deinterleave for strided taps, while
+   across planes every tap of every output pixel is one whole-vector load. Output rows run in strips whose
+   channel-minor input (plait_dw_interleave) stays in L1; the outputs are transposed back into the planes at the end. */
+static void plait_dw_lanes(long bz0, int lanes, long inner, int n, const float* A, long sab, long sai,
+                           const float* X, long sxb, long sxi, const plait_win* g, float* C) {
+  enum { STRIP_BYTES = 32768 };
+  int taps = g->kh * g->kw, ow = g->ow, oh = n / ow, span = (g->kh - 1) * g->dh + 1;
+  int cols = (ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+  int so = (STRIP_BYTES / (cols * 64) - span) / g->sh + 1; /* output rows per strip */
+  if (so < 1) so = 1;
+  if (so > oh) so = oh;
+  int rows = (so - 1) * g->sh + span, n16 = (n + 15) / 16 * 16;
+  float* p = plait_scratch((size_t)((long)rows * cols + n16 + taps) * 16);
+  float* restrict o = p + (long)rows * cols * 16;
+  float* restrict wv = o + (long)n16 * 16;
+  const float* xs[16];
+  memset(wv, 0, sizeof(float) * 16 * (size_t)taps);
+  for (int l = 0; l < lanes; l++) {
+    long bz = bz0 + l;
+    const float* w = A + bz / inner * sab + bz % inner * sai;
+    xs[l] = X + bz / inner * sxb + bz % inner * sxi;
+    for (int t = 0; t < taps; t++) wv[16 * t + l] = w[t];
+  }
+  int off[taps], pix[so * ow];
+  for (int ky = 0; ky < g->kh; ky++)
+    for (int kx = 0; kx < g->kw; kx++) off[ky * g->kw + kx] = (ky * g->dh * cols + kx * g->dw) * 16;
+  for (int q = 0; q < so * ow; q++) pix[q] = (q / ow * g->sh * cols + q % ow * g->sw) * 16;
+  for (int oy0 = 0; oy0 < oh; oy0 += so) {
+    int sn = (oh - oy0 < so ? oh - oy0 : so) * ow, q = 0;
+    float* os = o + (long)oy0 * ow * 16;
+    plait_dw_interleave(xs, lanes, g, oy0 * g->sh, (sn / ow - 1) * g->sh + span, cols, p);
+    for (; q + 8 <= sn; q += 8) plait_dw_lanes8(p, pix + q, off, taps, wv, os + 16 * q);
+    for (; q < sn; q++) {
+      plait_v16 acc = {0};
+      for (int t = 0; t < taps; t++) acc += *(const plait_v16*)(wv + 16 * t) * *(const plait_v16*)(p + pix[q] + off[t]);
+      *(plait_v16*)(os + 16 * q) = acc;
+    }
+  }
+  plait_v16 r[16];
+  for (int q0 = 0; q0 < n; q0 += 16) {
+    int cnt = n - q0 < 16 ? n - q0 : 16;
+    for (int v = 0; v < 16; v++) r[v] = *(const plait_v16*)(o + 16 * (q0 + v)); /* o has room for n16 pixels */
+    plait_transpose16(r);
+    for (int l = 0; l < lanes; l++) {
+      float* c = C + (bz0 + l) * (long)n + q0;
+      if (cnt == 16) *(plait_v16*)c = r[l];
+      else
+        for (int j = 0; j < cnt; j++) c[j] = r[l][j];
+    }
+  }
+}
+
+/* `lanes`: the planes run 16 at a time across the vector lanes (plait_dw_lanes), else one by one. */
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
-                         long sxi, const plait_win* g, float* C, plait_epi_fn epi, void* const* extra) {
+                         long sxi, const plait_win* g, int lanes, float* C, plait_epi_fn epi, void* const* extra) {
+  if (lanes) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long b0 = 0; b0 < batch; b0 += 16) {
+      int lanes = batch - b0 < 16 ? (int)(batch - b0) : 16;
+      plait_dw_lanes(b0, lanes, inner, n, A, sab, sai, X, sxb, sxi, g, C);
+      if (epi)
+        for (int l = 0; l < lanes; l++) epi(C + (b0 + l) * (long)n, b0 + l, 0, 0, 1, n, extra);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(dynamic, 4)
   for (long bz = 0; bz < batch; bz++) {
     const float* w = A + bz / inner * sab + bz % inner * sai;
@@ -668,13 +787,50 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
 """
 
 
+def _transpose16() -> str:
+    """The body of plait_transpose16: four stages, stage B exchanging bit B of the row and the column index
+    between the rows i and i + B (one two-source shuffle per row and stage), with the masks spelled for gcc
+    (__builtin_shuffle) and clang (__builtin_shufflevector)."""
+    lines = []
+    for b in (8, 4, 2, 1):
+        lo = [c if not c & b else 16 + c - b for c in range(16)]
+        hi = [c + b if not c & b else 16 + c for c in range(16)]
+        shuffles = []
+        for name, mask in (("lo", lo), ("hi", hi)):
+            idx = ", ".join(map(str, mask))
+            shuffles.append(
+                f"#if defined(__clang__)\n      plait_v16 {name} = __builtin_shufflevector(r[i], r[i + {b}], {idx});\n"
+                f"#else\n      plait_v16 {name} = __builtin_shuffle(r[i], r[i + {b}], (plait_i16){{{idx}}});\n#endif\n"
+            )
+        lines.append(
+            f"#pragma GCC unroll 16\n  for (int i = 0; i < 16; i++)\n    if (!(i & {b})) {{\n{''.join(shuffles)}"
+            f"      r[i] = lo;\n      r[i + {b}] = hi;\n    }}\n"
+        )
+    return "".join(lines)
+
+
+DEPTHWISE = DEPTHWISE.replace("//@transpose16\n", _transpose16())
+
+
+DW_LANES_MAX = 1024  # stride-1 depthwise output planes up to this many pixels run across the vector lanes
+
+
+def dw_lanes(win: Any, n: int) -> bool:
+    """Whether a depthwise convolution with n output pixels per plane runs 16 planes across the vector lanes
+    (plait_dw_lanes) rather than plane by plane: strided ones and small planes, where the plane-wise kernel's
+    short rows or deinterleaving cost more than the lanes kernel's transposes (benchmarks/bench_depthwise_c.py)."""
+    return win.sh > 1 or win.sw > 1 or n <= DW_LANES_MAX
+
+
 def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:
-    """The statements that run a depthwise convolution (`spec.m == 1`, one kh*kw filter per plane)."""
+    """The statements that run a depthwise convolution (`spec.m == 1`, one kh*kw filter per plane), plane by plane
+    or 16 planes across the vector lanes as `dw_lanes` picks."""
     win = spec.conv
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
+    lanes = int(dw_lanes(win, spec.n))
     return (
         f"  static const plait_win win = {{{geo}}};\n"
-        f"  plait_dwconv({spec.batch}, {spec.inner}, {spec.n}, {a_args}, {b_args}, &win, C, {epi_fn}, {extra});\n"
+        f"  plait_dwconv({spec.batch}, {spec.inner}, {spec.n}, {a_args}, {b_args}, &win, {lanes}, C, {epi_fn}, {extra});\n"
     )
 
 

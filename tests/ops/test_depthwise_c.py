@@ -1,7 +1,8 @@
 """The `cpu` device's depthwise convolution kernel (DWCONV): rows computed in registers from a zero-padded copy of
 each plane split into column phases, for stride 1 and 2 (the vector deinterleave and its scalar edges), stride 3,
 dilation, non-square kernels, rows longer than one 64-output block, and the flat kernel for narrow stride-1 planes,
-with a fused BN-style epilogue and ReLU6, against PyTorch."""
+and the kernel that runs 16 planes across the vector lanes (small or strided planes, in strips of rows), with a fused BN-style epilogue and ReLU6,
+against PyTorch."""
 
 import pytest
 import torch
@@ -17,8 +18,13 @@ GEOMETRIES = [  # n, c, h, w, kh, kw, stride, padding, dilation
     (1, 2, 41, 83, 3, 3, 2, 0, 1),  # stride 2 without padding, odd width
     (1, 2, 29, 66, 5, 5, 2, 2, 2),  # stride 2, dilation 2
     (2, 3, 21, 50, 3, 5, (1, 3), (1, 2), 1),  # stride 3 along rows, non-square kernel
-    (1, 5, 7, 7, 3, 3, 1, 1, 1),  # a 7x7 plane: the flat kernel
+    (1, 3, 30, 12, 3, 3, 1, 1, 1),  # a tall narrow plane: the flat kernel
+    (1, 5, 7, 7, 3, 3, 1, 1, 1),  # a 7x7 plane
     (1, 4, 14, 14, 3, 3, 2, 1, 1),  # 14 -> 7, stride 2
+    (2, 10, 14, 14, 3, 3, 1, 1, 1),  # small planes 16 to a vector: 20 planes, one group spans both images
+    (1, 18, 30, 30, 3, 3, 1, 1, 1),  # across the lanes in three strips of output rows
+    (1, 21, 9, 11, 5, 3, (2, 1), (2, 0), (1, 2)),  # small planes: a partial group, strides, dilation, no side padding
+    (1, 17, 3, 3, 3, 3, 2, 1, 1),  # 2x2 outputs: fewer than one block of eight
 ]
 
 

@@ -1,0 +1,97 @@
+"""CPU time of each depthwise convolution layer of mobilenet_v2 on the `cpu` device (DWCONV kernels with the
+inference epilogue: batch norm and ReLU6), the plane-by-plane kernel against the one that runs 16 planes across the
+vector lanes, one thread, `time.thread_time` per launch, best of --repeats.
+
+The two kernels of a layer are built in one process (gemm_c.dw_lanes replaced by a constant while the plan is
+built) and launched alternately, so both see the same load on a machine that other jobs share.
+
+    OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_depthwise_c.py --batch 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import numpy as np
+
+import plait
+import plait.nn.functional as F
+from plait.codegen import gemm_c
+
+# (channels, input height = width, stride, how many layers of mobilenet_v2 have it)
+LAYERS = [
+    (32, 112, 1, 1),
+    (96, 112, 2, 1),
+    (144, 56, 1, 1),
+    (144, 56, 2, 1),
+    (192, 28, 1, 2),
+    (192, 28, 2, 1),
+    (384, 14, 1, 4),
+    (576, 14, 1, 2),
+    (576, 14, 2, 1),
+    (960, 7, 1, 3),
+]
+
+
+def layer_launch(batch: int, c: int, hw: int, stride: int, lanes: bool) -> tuple[Callable[[], None], np.ndarray]:
+    """The one DWCONV launch of a depthwise + BN + ReLU6 layer built with or without the lanes kernel, and its
+    output."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, c, hw, hw)).astype(np.float32)
+    w = plait.tensor(rng.standard_normal((c, 1, 3, 3)).astype(np.float32), device="cpu")
+    scale = plait.tensor(rng.standard_normal((c, 1, 1)).astype(np.float32), device="cpu")
+    shift = plait.tensor(rng.standard_normal((c, 1, 1)).astype(np.float32), device="cpu")
+
+    def fn(t: plait.Tensor) -> plait.Tensor:
+        return (F.conv2d(t, w, None, stride, 1, 1, c) * scale + shift).clip(0.0, 6.0)
+
+    saved = gemm_c.dw_lanes
+    gemm_c.dw_lanes = lambda win, n: lanes
+    try:
+        jit = plait.jit(fn, device="cpu")
+        plan, _ = jit.plan_for([x])
+        out = np.asarray(jit(x))
+    finally:
+        gemm_c.dw_lanes = saved
+    (kernel,) = plan.kernels
+    assert kernel.name.startswith("DWCONV"), kernel.name
+    (launch,) = plan.launches
+    return launch, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=30)
+    args = ap.parse_args()
+    print(f"batch {args.batch}, ms per layer (best of {args.repeats}); default: the kernel gemm_c.dw_lanes picks")
+    print("| channels | input | stride | layers | planes | lanes | default |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    sums = [0.0, 0.0, 0.0]
+    for c, hw, stride, count in LAYERS:
+        (plane, ref), (lanes, out) = (layer_launch(args.batch, c, hw, stride, v) for v in (False, True))
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+        best = [float("inf"), float("inf")]
+        for _ in range(args.repeats):
+            for i, launch in enumerate((plane, lanes)):
+                t0 = time.thread_time()
+                launch()
+                best[i] = min(best[i], time.thread_time() - t0)
+        pick = (
+            best[1]
+            if gemm_c.dw_lanes(SimpleNamespace(sh=stride, sw=stride), ((hw - 1) // stride + 1) ** 2)
+            else best[0]
+        )
+        for i, t in enumerate((*best, pick)):
+            sums[i] += t * count
+        print(
+            f"| {c} | {hw}x{hw} | {stride} | {count} | {best[0] * 1e3:.3f} | {best[1] * 1e3:.3f} | {pick * 1e3:.3f} |"
+        )
+    print(f"| all 17 | | | | {sums[0] * 1e3:.2f} | {sums[1] * 1e3:.2f} | {sums[2] * 1e3:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
