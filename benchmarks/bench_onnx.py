@@ -2,7 +2,10 @@
 provider) in the same process on the same data, with the same thread budget: ORT intra_op_num_threads=2 and
 plait's cpu device PLAIT_NUM_THREADS=2 (--threads), OMP_WAIT_POLICY=PASSIVE for both.
 
-    .venv/bin/python benchmarks/bench_onnx.py [--models resnet18 ...] [--batches 1 16] [--device cpu]
+    .venv/bin/python benchmarks/bench_onnx.py [--models resnet18 ...] [--batches 1 16] [--device cpu] [--twins]
+
+--twins also times plait's own twin of each net (plait.models, the exported torch model's weights loaded) as a
+plait.jit plan called on the same host array, so the ONNX path and the twin pay the same copies in and out.
 
 Outputs are checked to agree before a time is reported. Prints a Markdown table (for docs/benchmarks.md).
 """
@@ -25,16 +28,31 @@ import onnxruntime as ort
 import torch
 
 import plait
+import plait.nn as pnn
 from plait.bench.timing import measure
-from plait.models import torch_reference
+from plait.frontends.native.jit import Jit
+from plait.models import architectures, torch_reference
 from plait.onnx import InferenceSession
 
 MODELS = ["alexnet", "resnet18", "resnet50", "vgg16", "mobilenet_v2"]
 
 
-def export(name: str) -> bytes:
+def reference(name: str) -> torch.nn.Module:
+    """The torch model whose weights every column runs (seeded, so each call gives the same weights)."""
     torch.manual_seed(0)
-    net = torch_reference.build(name).eval()
+    return torch_reference.build(name).eval()
+
+
+def twin(name: str, device: str) -> Jit:
+    """plait's own model of `name` with `reference(name)`'s weights, as a plait.jit function (plait bench's plan)."""
+    model = architectures.builders(pnn)[name]()
+    model.load_state_dict({k: v.detach().numpy() for k, v in reference(name).state_dict().items()})
+    model.eval()
+    return plait.jit(lambda t: model(t), device=device)
+
+
+def export(name: str) -> bytes:
+    net = reference(name)
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -58,6 +76,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--max-seconds", type=float, default=20.0)
+    ap.add_argument("--twins", action="store_true", help="also time plait's own twin of each net")
     args = ap.parse_args()
     opts = ort.SessionOptions()
     threads = int(os.environ["PLAIT_NUM_THREADS"])
@@ -69,14 +88,17 @@ def main() -> None:
         f" {' '.join(f'{v:.1f}' for v in os.getloadavg())}, threads {threads} (plait and ORT),"
         f" plait {plait.__version__}, onnxruntime {ort.__version__}, torch {torch.__version__}"
     )
+    twin_head = " twin median ms (p25-p75) | ONNX / twin |" if args.twins else ""
     print(
         "| model | batch | plait median ms (p25-p75) | ORT median ms (p25-p75) | plait / ORT | first run (compile) s |"
+        + twin_head
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * args.twins)
     for name in args.models:
         model = export(name)
         ref = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         sess = InferenceSession(model, device=args.device)
+        own = twin(name, args.device) if args.twins else None
         for batch in args.batches:
             x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224)).astype(np.float32)
             feed = {"x": x}
@@ -87,10 +109,15 @@ def main() -> None:
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
             p = measure(partial(sess.run, None, feed), warmup=1, iters=args.iters, max_seconds=args.max_seconds)
             o = measure(partial(ref.run, None, feed), warmup=1, iters=args.iters, max_seconds=args.max_seconds)
+            extra = ""
+            if own is not None:
+                np.testing.assert_allclose(own(x), want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
+                t = measure(partial(own, x), warmup=1, iters=args.iters, max_seconds=args.max_seconds)
+                extra = f" {t['median_ms']:.1f} ({t['p25_ms']:.1f}-{t['p75_ms']:.1f}) | {p['median_ms'] / t['median_ms']:.2f} |"
             print(
                 f"| {name} | {batch} | {p['median_ms']:.1f} ({p['p25_ms']:.1f}-{p['p75_ms']:.1f})"
                 f" | {o['median_ms']:.1f} ({o['p25_ms']:.1f}-{o['p75_ms']:.1f})"
-                f" | {p['median_ms'] / o['median_ms']:.2f} | {first:.1f} |",
+                f" | {p['median_ms'] / o['median_ms']:.2f} | {first:.1f} |" + extra,
                 flush=True,
             )
     print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")

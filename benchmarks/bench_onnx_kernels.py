@@ -32,8 +32,9 @@ def main() -> None:
     sess = InferenceSession(export(args.model), device="cpu")
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     sess.run(None, {"x": x})  # builds the plan and runs it once, so every kernel reads real data
-    plans = [c.plan for c in sess._plans.values() if c.plan is not None]
-    per = kernel_times(plans[0].kernels, plans[0].launches, args.repeats)
+    plan = sess.plan_for({"x": x})
+    assert plan is not None
+    per = kernel_times(plan.kernels, plan.launches, args.repeats)
     total, count = by_kind(per)
     kinds = ", ".join(f"{k} {count[k]} {v * 1e3:.1f}" for k, v in total.most_common())
     print(f"{args.model} b{args.batch} (ONNX): {sum(total.values()) * 1e3:.1f} ms cpu, {len(per)} kernels: {kinds}")

@@ -170,6 +170,12 @@ class InferenceSession:
             self._plans[key] = _Compiled(plan, [input_of[n.uid] for n in placeholders], outs, input_of)
             return self._plans[key]
 
+    def plan_for(self, input_feed: dict[str, Any]) -> Plan | None:
+        """The compiled plan that `run` replays for feeds like `input_feed` (built now if it is not yet), or None
+        when every output is known at import time: for per-kernel reports (plait.schedule.profile) and tests."""
+        feed, sequences = _flatten(self._check_feed(input_feed))
+        return self._compile(feed, sequences).plan
+
     def run(self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list[Any]:
         """Outputs `output_names` (None: all of them) for `input_feed` {input name: array}. Sequence inputs and
         outputs are lists of arrays; an empty optional is None."""

@@ -1,0 +1,100 @@
+"""The ONNX path builds the same plan as plait's own model: a resnet-like net exported from PyTorch (the exporter
+folds BatchNormalization into the convolutions) and run by plait.onnx compiles to the kernels of its plait.nn twin
+with the same weights, kind for kind, and agrees with ONNX Runtime. Pools pinned on their own: a small window is
+one elementwise kernel over its strided views, not a chain of reductions (resnet's 3x3/2 max pool was 5x slower
+as two separable reductions)."""
+
+from __future__ import annotations
+
+import collections
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import plait
+import plait.nn as pnn
+from plait.models import architectures
+from plait.onnx import InferenceSession
+from plait.schedule.plan import Plan
+from tests.onnx.conftest import export, ort_run
+
+
+def _tiny_resnet(nn: ModuleType) -> Any:
+    """resnet18's stem (7x7/2 convolution, BN, ReLU, 3x3/2 max pool), one basic block and its head, narrow."""
+    blocks = architectures.classes(nn)
+
+    class TinyResNet(nn.Module):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 8, kernel_size=7, stride=2, padding=3, bias=False)
+            self.bn1 = nn.BatchNorm2d(8)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+            self.layer1 = blocks.BasicBlock(8, 8)
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(8, 10)
+
+        def forward(self, x: Any) -> Any:
+            x = self.layer1(self.maxpool(self.relu(self.bn1(self.conv1(x)))))
+            return self.fc(self.avgpool(x).flatten(1))
+
+    return TinyResNet()
+
+
+def _kinds(plan: Plan | None) -> collections.Counter[str]:
+    """Kernels per kind (the name's prefix: CONV, WINO4, E, R, GEMV...)."""
+    assert plan is not None
+    return collections.Counter(k.name.split("_")[0] for k in plan.kernels)
+
+
+def test_resnet_block_plan_matches_the_twin_and_onnxruntime() -> None:
+    torch.manual_seed(0)
+    net = _tiny_resnet(torch.nn)
+    with torch.no_grad():  # BN statistics away from the identity, so the folded weights matter
+        for bn in (net.bn1, net.layer1.bn1, net.layer1.bn2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    model = export(net, (torch.from_numpy(x),), dynamic_batch=True)
+    sess = InferenceSession(model, device="cpu")
+    got = sess.run(None, {"input0": x})[0]
+    want = ort_run(model, {"input0": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+    twin = _tiny_resnet(pnn)
+    twin.load_state_dict({k: v.detach().numpy() for k, v in net.state_dict().items()})
+    twin.eval()
+    f = plait.jit(lambda t: twin(t), device="cpu")
+    np.testing.assert_allclose(f(x), want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    onnx_kinds, twin_kinds = _kinds(sess.plan_for({"input0": x})), _kinds(f.plan_for([x])[0])
+    assert onnx_kinds == twin_kinds
+    assert "R" in onnx_kinds and onnx_kinds["R"] == 1  # the global average pool; the max pool is no reduction
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+        ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 1, 0]}),
+        ("LpPool", {"kernel_shape": [3, 3], "p": 2}),
+    ],
+)
+def test_small_window_pool_is_one_elementwise_kernel(op: str, attrs: dict[str, Any]) -> None:
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9).SerializeToString()
+    x = np.random.default_rng(1).standard_normal((1, 4, 9, 11)).astype(np.float32)
+    sess = InferenceSession(model, device="cpu")
+    want = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+    assert _kinds(sess.plan_for({"x": x})) == collections.Counter({"E": 1})
