@@ -5,6 +5,9 @@ Run with one thread so each kernel runs on the calling thread and thread CPU tim
 keeps numbers comparable on a machine that other jobs share (wall times there swing by tens of percent):
 
     OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_onnx_kernels.py alexnet --batch 16
+
+--twin also reports plait's own twin of the net on the same weights (bench_onnx.twin), kernel for kernel the same
+way, so the two plans compare side by side.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from plait.onnx import InferenceSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cpu_kernels import by_kind, kernel_times
-from bench_onnx import MODELS, export
+from bench_onnx import MODELS, export, twin
 
 
 def main() -> None:
@@ -28,18 +31,26 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3, help="launches per kernel; the fastest counts")
     ap.add_argument("--top", type=int, default=0, help="also list this many of the slowest kernels")
+    ap.add_argument("--twin", action="store_true", help="also report plait's own twin of the net")
     args = ap.parse_args()
-    sess = InferenceSession(export(args.model), device="cpu")
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
+    sess = InferenceSession(export(args.model), device="cpu")
     sess.run(None, {"x": x})  # builds the plan and runs it once, so every kernel reads real data
-    plan = sess.plan_for({"x": x})
-    assert plan is not None
-    per = kernel_times(plan.kernels, plan.launches, args.repeats)
-    total, count = by_kind(per)
-    kinds = ", ".join(f"{k} {count[k]} {v * 1e3:.1f}" for k, v in total.most_common())
-    print(f"{args.model} b{args.batch} (ONNX): {sum(total.values()) * 1e3:.1f} ms cpu, {len(per)} kernels: {kinds}")
-    for t, name in sorted(per, reverse=True)[: args.top]:
-        print(f"  {t * 1e3:8.2f} ms  {name}")
+    plans = [("ONNX", sess.plan_for({"x": x}))]
+    if args.twin:
+        f = twin(args.model, "cpu")
+        f(x)
+        plans.append(("twin", f.plan_for([x])[0]))
+    for label, plan in plans:
+        assert plan is not None
+        per = kernel_times(plan.kernels, plan.launches, args.repeats)
+        total, count = by_kind(per)
+        kinds = ", ".join(f"{k} {count[k]} {v * 1e3:.1f}" for k, v in total.most_common())
+        print(
+            f"{args.model} b{args.batch} ({label}): {sum(total.values()) * 1e3:.1f} ms cpu, {len(per)} kernels: {kinds}"
+        )
+        for t, name in sorted(per, reverse=True)[: args.top]:
+            print(f"  {t * 1e3:8.2f} ms  {name}")
 
 
 if __name__ == "__main__":

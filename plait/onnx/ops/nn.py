@@ -2,8 +2,8 @@
 LRN.
 
 2-D convolutions go through plait.nn.functional.conv2d (im2col + GEMM); 1-D ones are 2-D with a unit axis.
-Pools of any rank reduce strided window views one spatial axis at a time (max and sums are separable); asymmetric
-ONNX pads are applied explicitly.
+Pools of any rank reduce strided window views: small windows as one fused elementwise chain, larger ones one spatial
+axis at a time (max and sums are separable); asymmetric ONNX pads are applied explicitly.
 """
 
 from __future__ import annotations
