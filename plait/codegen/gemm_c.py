@@ -164,8 +164,15 @@ static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, i
       if (hi > run) hi = run;
       if (hi < lo) hi = lo;
       for (int q = 0; q < lo; q++) d[q] = 0.0f;
-      if (s == 1) memcpy(d + lo, xr + ix0 + lo, sizeof(float) * (hi - lo));
-      else for (int q = lo; q < hi; q++) d[q] = xr[ix0 + q * s];
+      if (s == 1) {
+        memcpy(d + lo, xr + ix0 + lo, sizeof(float) * (hi - lo));
+      } else if (s == 2) { /* a constant stride: even elements of vector pairs instead of scalar copies */
+        const float* xs = xr + ix0;
+#pragma omp simd
+        for (int q = lo; q < hi; q++) d[q] = xs[2 * q];
+      } else {
+        for (int q = lo; q < hi; q++) d[q] = xr[ix0 + q * s];
+      }
       for (int q = hi; q < run; q++) d[q] = 0.0f;
     }
     if (++kx == g->kw) {
@@ -229,6 +236,22 @@ def _micro(mr: int, nv: int) -> str:
         plait_v16* dst = (plait_v16*)(c + i * rs + v * {VW});
         *dst = add ? *dst + acc[i][v] : acc[i][v];
       }}
+  }} else if (cs == 1) {{ /* a partial tile: vector stores to the stack, then each row's nr columns as one run */
+    float tmp[{mr * nr}] __attribute__((aligned(64)));
+#pragma GCC unroll {mr}
+    for (int i = 0; i < {mr}; i++)
+#pragma GCC unroll {nv}
+      for (int v = 0; v < {nv}; v++) *(plait_v16*)(tmp + i * {nr} + v * {VW}) = acc[i][v];
+    for (int i = 0; i < mr; i++) {{
+      float* restrict ci = c + i * rs;
+      const float* ti = tmp + i * {nr};
+      if (add) {{
+#pragma omp simd
+        for (int j = 0; j < nr; j++) ci[j] += ti[j];
+      }} else {{
+        memcpy(ci, ti, sizeof(float) * (size_t)nr);
+      }}
+    }}
   }} else {{
     for (int i = 0; i < mr; i++)
       for (int j = 0; j < nr; j++) {{
@@ -288,8 +311,11 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   long cols = images ? batch * n : n, nb = images ? 1 : batch;
   long panels = (cols + {nr - 1}) / {nr};
   int blocks = (m + {mr - 1}) / {mr};
-  long cpan = panels < 8 ? panels : 8, ctasks = (panels + cpan - 1) / cpan;
-  long want = 4L * omp_get_max_threads(), per = nb * ctasks;
+  long want = 4L * omp_get_max_threads(), cpan = panels < 8 ? panels : 8;
+  /* more column tasks (down to 2 panels each) before rows split: split rows share one packing of all of B, which
+     leaves L2 when B is large */
+  while (cpan > 2 && nb * ((panels + cpan - 1) / cpan) < want) cpan--;
+  long ctasks = (panels + cpan - 1) / cpan, per = nb * ctasks;
   int rtasks = per >= want ? 1 : (int)((want + per - 1) / per);
   if (rtasks > blocks) rtasks = blocks;
   int rblk = (blocks + rtasks - 1) / rtasks;

@@ -1,0 +1,155 @@
+"""Per-layer CPU time of a benchmark CNN's convolutions on plait's `cpu` device against ONNX Runtime, one thread each.
+
+Every distinct convolution of the net (found by running the torch reference model with forward hooks) becomes a
+one-layer model, conv + bias + ReLU with random weights: for ONNX Runtime an ONNX graph with the weights as
+initializers (CPU provider, one intra-op thread, all graph optimisations), for plait a `plait.jit` plan with the
+weights as constants, as in a jit'ed model. Each is timed by the calling thread's CPU time (`time.thread_time`,
+best of `--repeats`), which other jobs on a shared machine barely move, and weighted by how often the layer occurs:
+
+    PLAIT_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_cpu_layers.py resnet50 --batch 1
+
+Also prints the whole net's one-thread CPU time in both frameworks (ORT on the exported model, plait on its twin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("PLAIT_NUM_THREADS", "1")
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import plait
+import plait.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_onnx import MODELS, export, reference, twin
+
+# (in channels, out channels, kernel, stride, padding, input height, input width)
+Layer = tuple[int, int, int, int, int, int, int]
+
+
+def conv_layers(name: str) -> collections.Counter[Layer]:
+    """Every ungrouped convolution of the torch reference net with how often it occurs."""
+    net = reference(name)
+    seen: collections.Counter[Layer] = collections.Counter()
+
+    def hook(mod: torch.nn.Module, inp: tuple[torch.Tensor, ...], _out: torch.Tensor) -> None:
+        assert isinstance(mod, torch.nn.Conv2d)
+        if mod.groups == 1:
+            h, w = inp[0].shape[2:]
+            kh, s, p = mod.kernel_size[0], mod.stride[0], mod.padding
+            assert isinstance(p, tuple)
+            seen[(mod.in_channels, mod.out_channels, kh, s, p[0], h, w)] += 1
+
+    for m in net.modules():
+        if isinstance(m, torch.nn.Conv2d):
+            m.register_forward_hook(hook)
+    with torch.no_grad():
+        net(torch.zeros(1, 3, 224, 224))
+    return seen
+
+
+def best_cpu(fns: list[Callable[[], object]], repeats: int) -> list[float]:
+    """Fewest thread CPU seconds of `repeats` calls of each function (after one untimed call), the functions called
+    in turn so that a busy spell of the machine hits all of them alike."""
+    best = [float("inf")] * len(fns)
+    for fn in fns:
+        fn()
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            t0 = time.thread_time()
+            fn()
+            best[i] = min(best[i], time.thread_time() - t0)
+    return best
+
+
+def ort_session(model: bytes) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+def ort_layer(layer: Layer, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> ort.InferenceSession:
+    """A Conv + Relu ONNX graph with the weights as initializers."""
+    _, _, k, s, p, _, _ = layer
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return ort_session(model.SerializeToString())
+
+
+def plait_layer(layer: Layer, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> Callable[[], object]:
+    """One replay of the conv + bias + ReLU plan's kernels (the plan has run once on `x`)."""
+    _, _, _, s, p, _, _ = layer
+    wt, bt = plait.tensor(w, device="cpu"), plait.tensor(b, device="cpu")
+    f = plait.jit(lambda t: F.conv2d(t, wt, bt, stride=s, padding=p).relu(), device="cpu")
+    plan, _ = f.plan_for([x])
+    f(x)
+    return lambda: [launch() for launch in plan.launches]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", choices=MODELS)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-whole", action="store_true", help="skip the whole-net times")
+    args = ap.parse_args()
+    print(f"{args.model} b{args.batch}, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    print("| Ci | Co | k | s | HxW | count | plait ms | ORT ms | plait / ORT | plait GFLOP/s | ORT GFLOP/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    rng = np.random.default_rng(0)
+    sums = [0.0, 0.0]
+    for layer, count in sorted(conv_layers(args.model).items(), key=lambda kv: (-kv[0][5], kv[0][:5])):
+        ci, co, k, s, p, h, wd = layer
+        x = rng.standard_normal((args.batch, ci, h, wd)).astype(np.float32)
+        w = (rng.standard_normal((co, ci, k, k)) * (2.0 / (ci * k * k)) ** 0.5).astype(np.float32)
+        b = rng.standard_normal(co).astype(np.float32) * 0.1
+        sess = ort_layer(layer, x, w, b)
+        t_pl, t_ort = best_cpu([plait_layer(layer, x, w, b), functools.partial(sess.run, None, {"x": x})], args.repeats)
+        oh, ow = (h + 2 * p - k) // s + 1, (wd + 2 * p - k) // s + 1
+        flop = 2.0 * args.batch * co * oh * ow * ci * k * k
+        sums[0] += t_pl * count
+        sums[1] += t_ort * count
+        print(
+            f"| {ci} | {co} | {k} | {s} | {h}x{wd} | {count} | {t_pl * 1e3:.2f} | {t_ort * 1e3:.2f} |"
+            f" {t_pl / t_ort:.2f} | {flop / t_pl / 1e9:.0f} | {flop / t_ort / 1e9:.0f} |"
+        )
+    print(f"convolutions weighted by count: plait {sums[0] * 1e3:.1f} ms, ORT {sums[1] * 1e3:.1f} ms")
+    if not args.no_whole:
+        x = rng.standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
+        sess = ort_session(export(args.model))
+        f = twin(args.model, "cpu")
+        plan, _ = f.plan_for([x])
+        f(x)
+        t_pl, t_ort = best_cpu(
+            [lambda: [launch() for launch in plan.launches], lambda: sess.run(None, {"x": x})], args.repeats
+        )
+        print(f"whole net: plait twin {t_pl * 1e3:.1f} ms, ORT {t_ort * 1e3:.1f} ms, plait / ORT {t_pl / t_ort:.2f}")
+    print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
