@@ -460,23 +460,37 @@ _RECIPES: OrderedDict[Any, _Recipe] = OrderedDict()
 _MAX_RECIPES = 256
 
 
+def differentiated(nodes: list[Node]) -> None:
+    """Note the autograd nodes a backward pass has walked: as in PyTorch, their saved values are not needed again
+    (a second backward through them recomputes what it reads rather than keeping a whole forward pass alive)."""
+    _CONSUMED.update(n for n in nodes if n.rg)
+
+
+_CONSUMED: weakref.WeakSet[Node] = weakref.WeakSet()
+
+
 def held(computed: set[int]) -> set[int]:
     """The nodes among `computed` (uids) that a caller can still read: held by a live Tensor, or read by an
-    unrealized node that a live Tensor reaches (a loss realized after the gradients that shared its forward pass).
-    The others are temporaries whose storage a plan may reuse; such a node stays unrealized, so reading it later
-    computes it again rather than reading stale memory."""
+    unrealized node that a live Tensor reaches (a loss realized after the gradients that shared its forward pass),
+    or saved for a backward pass still to come (the ancestors of a live Tensor's autograd node that no backward
+    has walked: a loss read before its backward). The others are temporaries whose storage a plan may reuse; such a node stays
+    unrealized, so reading it later computes it again rather than reading stale memory."""
     kept: set[int] = set()
-    seen: set[int] = set()
-    stack: list[Node] = [node for t in list(_HELD) if (node := getattr(t, "node", None)) is not None]
+    seen: set[tuple[int, bool]] = set()
+    roots = [node for t in list(_HELD) if (node := getattr(t, "node", None)) is not None]
+    stack = [(node, node.rg and node not in _CONSUMED) for node in roots]
     while stack:
-        node = stack.pop()
-        if node.uid in seen:
+        node, saving = stack.pop()
+        if (node.uid, saving) in seen:
             continue
-        seen.add(node.uid)
+        seen.add((node.uid, saving))
         if node.uid in computed:
             kept.add(node.uid)
-        elif node.buffer is None:
-            stack.extend(node.srcs)
+            if not saving:
+                continue
+        elif node.buffer is not None:
+            continue
+        stack.extend((src, saving) for src in node.srcs)
     return kept
 
 

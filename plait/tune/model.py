@@ -117,7 +117,10 @@ def tune_plan(
             report.left = sum(signature("gemm", s) not in db for s, _ in order[n_done:])
             break
         heuristic = knobs_for(device, "gemm", spec)
-        bufs = plan.bound[plan.launched.index(item)].buffers  # what the plan's own launch runs on, output first
+        at = plan.launched.index(item)
+        bufs = plan.bound[at].buffers  # what the plan's own launch runs on, output first
+        for launch in plan.launches[:at]:  # later launches may have reused its inputs' storage: recompute them
+            launch()
         out = bufs[0]
         kernels = [(heuristic, base)]
         for knobs in candidates(device, spec):

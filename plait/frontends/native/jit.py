@@ -12,8 +12,10 @@ graph is built, nothing is rendered or compiled.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -117,6 +119,7 @@ class CompiledStep:
         recorded = _record(self.fn, args, self.device)
         if trace.first is None or trace.first_call != self.calls - 1:
             trace.first, trace.first_call = recorded, self.calls  # pair only calls that follow each other
+            recorded.release()
             return recorded.copied_outputs()
         try:
             trace.replay = _Replay(trace.first, recorded, self.fn)
@@ -125,6 +128,7 @@ class CompiledStep:
                 raise
             trace.refused = True  # state may have been changed from outside between the calls: pair the next two
             trace.first, trace.first_call = recorded, self.calls
+            recorded.release()
             return recorded.copied_outputs()
         trace.first = None
         return recorded.copied_outputs()
@@ -166,10 +170,39 @@ class _Recorded:
         self.inputs = inputs
         self.outputs = outputs
         self.single = single
+        self.made: dict[int, tuple[weakref.ref[Any], tuple[str, int]]] = {}  # after release(): id -> (buffer, where)
+        self.stubs: list[list[_Stub]] = []  # after release(): per launch, its buffers
 
     def copied_outputs(self) -> Any:
         outs = [_copy(t.node.buffer, t) for t in self.outputs]
         return _pack(outs, self.single)
+
+    def release(self) -> None:
+        """Keep of each launch's buffers only who they were (weakly) and which step of this call made them: all
+        that pairing with the next traced call needs. The call's temporaries are then freed while the next call
+        runs, so two whole sets of a step's buffers need not fit on the device at once."""
+        made = _producers(self)
+        self.made = {i: (weakref.ref(buf), made[i]) for launch in self.cap.launches for buf in launch.buffers
+                     if (i := id(buf)) in made}  # fmt: skip
+        self.stubs = [
+            [_Stub(weakref.ref(buf), made.get(id(buf))) for buf in launch.buffers] for launch in self.cap.launches
+        ]
+        for launch in self.cap.launches:
+            launch.buffers = []
+
+    def made_by(self, buf: Any) -> tuple[str, int] | None:
+        """Where this (released) call made `buf`, if it made it."""
+        ref, where = self.made.get(id(buf), (None, None))
+        return where if ref is not None and ref() is buf else None
+
+
+@dataclass
+class _Stub:
+    """A released traced call's buffer: the buffer itself while something else keeps it alive, and where the call
+    made it (None: made before the call)."""
+
+    ref: weakref.ref[Any]
+    made: tuple[str, int] | None
 
 
 def _pack(outs: list[Tensor], single: bool) -> Any:
@@ -225,17 +258,17 @@ class _Replay:
 
     def __init__(self, a: _Recorded, b: _Recorded, fn: Callable[..., Any]):
         name = getattr(fn, "__name__", "step")
-        _same_kernels(a.cap, b.cap, name)
-        made_a, made_b = _producers(a), _producers(b)
+        _same_kernels(a, b, name)
+        made_b = _producers(b)
         carries: dict[int, tuple[Buffer, Buffer]] = {}  # id(buffer read) -> (it, the buffer B writes the state to)
-        for j, (la, lb) in enumerate(zip(a.cap.launches, b.cap.launches, strict=True)):
-            for slot, (ba, bb) in enumerate(zip(la.buffers, lb.buffers, strict=True)):
-                if ba is bb:
+        for j, (stubs, lb) in enumerate(zip(a.stubs, b.cap.launches, strict=True)):
+            for slot, (ba, bb) in enumerate(zip(stubs, lb.buffers, strict=True)):
+                if ba.ref() is bb:
                     continue  # the same buffer both times: a constant (frozen weights, the learning-rate scalar)
-                pa, pb = made_a.get(id(ba)), made_b.get(id(bb))
+                pa, pb = ba.made, made_b.get(id(bb))
                 if pa is not None and pa == pb:
                     continue  # a temporary or an input, made at the same point of both calls
-                src = made_a.get(id(bb))
+                src = a.made_by(bb)
                 if pa is None and pb is None and src is not None and src[0] == "launch":
                     written = b.cap.launches[src[1]].buffers[0]
                     if carries.setdefault(id(bb), (bb, written))[1] is not written:
@@ -284,11 +317,13 @@ class _Replay:
         return _pack([_copy(t.node.buffer, t) for t in self.outputs], self.single)
 
 
-def _same_kernels(a: Capture, b: Capture, name: str) -> None:
-    """Two traced calls must launch the same kernels in the same order and upload the same host data."""
+def _same_kernels(first: _Recorded, second: _Recorded, name: str) -> None:
+    """Two traced calls (the first one released) must launch the same kernels in the same order and upload the
+    same host data."""
+    a, b = first.cap, second.cap
     if len(a.launches) != len(b.launches) or any(
-        la.kernel.name != lb.kernel.name or la.kernel.source != lb.kernel.source or len(la.buffers) != len(lb.buffers)
-        for la, lb in zip(a.launches, b.launches, strict=False)
+        la.kernel.name != lb.kernel.name or la.kernel.source != lb.kernel.source or len(sa) != len(lb.buffers)
+        for la, sa, lb in zip(a.launches, first.stubs, b.launches, strict=False)
     ):
         raise TraceError(
             f"plait.compile_step({name}): two calls with the same input shapes ran different kernels ({len(a.launches)}"

@@ -20,13 +20,13 @@ from plait import dtypes
 from plait.dtypes import DType
 from plait.errors import DeviceError, DTypeError, PlaitError, ShapeError
 from plait.graph import autodiff
-from plait.graph.node import Node
+from plait.graph.node import Node, toposort
 from plait.graph.ops import elementwise as ew
 from plait.graph.ops import movement as mv
 from plait.graph.ops import reduce as rd
 from plait.graph.ops.matmul import matmul as _matmul
 from plait.runtime import canonical, default_device, get_device
-from plait.schedule.plan import attach, hold, read, realize, record_upload
+from plait.schedule.plan import attach, differentiated, hold, read, realize, record_upload
 
 Scalar = int | float | bool
 _LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
@@ -253,6 +253,7 @@ class Tensor:
             seed = gradient.node
         leaves = [t for t in list(_LEAVES.values()) if t.node.rg]
         grads = autodiff.gradients(self.node, seed, [t.node for t in leaves])
+        differentiated(toposort([self.node], through_realized=True))  # its saved values may now be reused
         updated = []
         with autodiff.no_grad():
             for t in leaves:
