@@ -5,7 +5,8 @@ of building them runs in a fresh process with an empty plait cache (and, on NVID
 variant says otherwise), so no build is served from a cache:
 
 - serial: one program per kernel, one after another (each kernel's own build time, by kernel kind);
-- plait: `OpenCLDevice.compile_batch`, what plans do;
+- plait: `OpenCLDevice.compile_batch`, what plans do (worker processes on NVIDIA with the JIT cache on);
+- plait-threads: `compile_batch` without worker processes (one joined program per core, from threads);
 - threads: one program per kernel from a thread pool sharing one context;
 - processes: worker processes build source to binaries, the parent loads the binaries (split into the two phases);
 - processes-jitcache: the same with the driver's own JIT cache on (a fresh CUDA_CACHE_PATH shared by the workers
@@ -27,7 +28,7 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
-VARIANTS = ("plait", "processes-jitcache", "processes", "threads", "serial")
+VARIANTS = ("plait-jitcache", "plait-threads-jitcache", "plait", "processes-jitcache", "processes", "threads", "serial")
 SERIAL_CAP_S = 15.0
 
 
@@ -107,7 +108,11 @@ def child(variant: str, device: str, path: str) -> dict[str, Any]:
             cl.Program(ctx, src).build()
             per_kind[_kind(name)].append(time.perf_counter() - s)
         out["per_kind"] = {k: [len(v), round(sum(v), 3), round(max(v), 3)] for k, v in per_kind.items()}
-    elif variant == "plait":
+    elif variant in ("plait", "plait-threads"):
+        if variant == "plait-threads":
+            from plait.runtime import opencl_build
+
+            opencl_build.workers_help = lambda _dev: False  # type: ignore[assignment]  # this process only
         dev.compile_batch(kernels)
     elif variant == "threads":
         with ThreadPoolExecutor(workers) as pool:

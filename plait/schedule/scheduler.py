@@ -83,6 +83,11 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
 
 SPLIT_K_TARGET = 264  # work-groups (32x32 tiles) a split-K product aims for: two per SM of an H100
 SPLIT_K_MIN = 256  # shortest K chunk worth a work-group of its own
+# A linear layer's product at a batch of at most 64 rows streams its weight once: alexnet's classifier at batch 64
+# on an H100 ran 0.350 ms in 2 / 2 / 8 chunks and 0.291 ms in 6 / 8 / 16 chunks of K <= 1536 (with 64x64 tiles,
+# BK 32: benchmarks/bench_split_k_cl.py), so these aim for more work-groups, in chunks of at most STREAM_SPLIT_MAX_K
+STREAM_SPLIT_TARGET = 1056
+STREAM_SPLIT_MAX_K = 2048
 
 
 def _patch_taps(b: Node) -> int:
@@ -114,7 +119,9 @@ def _split_k(order: list[Node], keep: set[int]) -> bool:
         if not splits:
             changed |= _split_k_images(node, keep, tiles)
             continue
-        parts = next((s for s in splits if s * tiles >= SPLIT_K_TARGET), splits[-1])
+        parts = _stream_parts(b, m, k, tiles, splits) or next(
+            (s for s in splits if s * tiles >= SPLIT_K_TARGET), splits[-1]
+        )
         kc = k // parts
         pa, pb = permute(reshape(a, (m, parts, kc)), (1, 0, 2)), reshape(b, (parts, kc, n))
         own = set() if strided_view(a, set()) is not None else {a.uid}
@@ -135,6 +142,17 @@ def _split_k(order: list[Node], keep: set[int]) -> bool:
         node.op, node.srcs, node.arg = "reshape", (reduce("sum", partial, (0,)),), node.shape
         changed = True
     return changed
+
+
+def _stream_parts(b: Node, m: int, k: int, tiles: int, splits: list[int]) -> int:
+    """The K split of a linear layer's product at a batch of at most 64 rows (B: its stored (N, K) weight read as
+    W^T), which reads every weight once and is bound by how many loads are in flight: the first of `splits` with
+    K chunks of at most STREAM_SPLIT_MAX_K that makes STREAM_SPLIT_TARGET 32x32 tiles; 0 for any other product."""
+    last = (len(b.shape) - 1, len(b.shape) - 2)
+    if m > 64 or not splits or b.op != "permute" or b.arg[-2:] != last or not b.srcs[0].realized:
+        return 0
+    fits = [s for s in splits if k // s <= STREAM_SPLIT_MAX_K] or splits
+    return next((s for s in fits if s * tiles >= STREAM_SPLIT_TARGET), fits[-1])
 
 
 def _split_k_images(node: Node, keep: set[int], tiles: int) -> bool:

@@ -64,10 +64,16 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
     wide product when whole tiles would waste over 10% of their columns. Then the tile is picked by how many
     work-groups it makes, as the tuned winners were:
 
+    - Winograd's 16 products of 256-384 rows over 2-4k tile columns with K <= 512 (alexnet b64's 13x13 layers,
+      resnet's 14x14 ones at batch 64): 128x64 tiles of four 64x32 warp tiles (1.08-1.17x over 128x128);
+    - a linear layer's K chunks at batch 64 or less (split-K, scheduler.STREAM_SPLIT_TARGET), K <= 2048 and
+      256 or more 64x64 tiles: 64x64 with BK 32 (alexnet b64's classifier 0.291 against 0.350 ms with 64x32 tiles);
     - few 64x64 tiles (batch-1 layers): small tiles, warps splitting K to shorten each tile's chain; 64x32 ones
       while 64x64 tiles would not fill two waves (vgg16 b1 256x3136x2304: 1.28x over 64x64);
     - few 128x128 tiles: 64x64 ones (K 4608, resnet18 b64's last stage folded: BK 32, 1.17x);
-    - 64-row products, or 128-row tiles padding the rows by over 15% (alexnet's 192) or making under two waves of
+    - rows that 128-row tiles pad by over 15% with K >= 1024 (alexnet b64's 5x5 layer, 192 x 729 per image,
+      K 1600): 64x64 tiles with BK 32, the batch folded into the columns (1.14x over 64x128);
+    - 64-row products, or 128-row tiles padding the rows by over 15% with a shorter K or making under two waves of
       work-groups two to an SM (alexnet b64's 256x10816 products: 1.31x; resnet18's 256x12544: 1.24x): 64x128;
     - many 128x256 tiles that the columns fill (vgg16 b64's 256x200704x2304 and 512x50176x4608 folded: 1.14x,
       1.17x; a 4096^3 matmul: the fastest in the sweep): 128x256 with BK 8;
@@ -82,6 +88,11 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
     def blocks(bm: int, bn: int) -> int:
         return batches * -(-spec.m // bm) * -(-cols // bn)
 
+    if not shared_a and spec.batch > 1 and 256 <= spec.m <= 384 and 2048 < spec.n <= 4096 and spec.k <= 512:
+        return {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32}
+    stream = spec.conv is None and spec.m <= 64 and spec.n >= 1000 and spec.k <= 2048
+    if stream and not shared_a and spec.batch > 1 and blocks(64, 64) >= 256:
+        return {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32}
     if blocks(64, 64) < 132:  # batch-1 layers: small tiles, warps splitting K to shorten each tile's chain
         if blocks(64, 32) >= 96:
             return {"V": 3, "BM": 64, "BN": 32, "BK": 32, "WM": 32, "WN": 16, "WK": 2, **extra}
@@ -92,6 +103,8 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
         if spec.k >= 2048:
             return {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, **extra}
         return {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 16, **extra}
+    if spec.m > 64 and _padded(spec.m, 128) > 1.15 * spec.m and spec.k >= 1024:
+        return {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, **({"FOLD": 1} if shared_a else {})}
     if spec.m <= 64 or _padded(spec.m, 128) > 1.15 * spec.m or blocks(128, 128) < 264:
         return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra}
     wide = _padded(cols, 256) <= 1.03 * cols and blocks(128, 256) >= 264

@@ -28,18 +28,21 @@ def _gemms(out: plait.Tensor) -> list[GemmSpec]:
 
 
 def test_transposed_weight_chunks_are_views():
-    """alexnet's fc layers at batch 64 split K into chunks of the stored weight (strides along K stay 1); a weight
-    stored (K, N) keeps being chunked as before, and wide products stay whole."""
+    """alexnet's fc layers at batch 64 split K into chunks of the stored weight (strides along K stay 1), enough of
+    them to stream the weight (scheduler.STREAM_SPLIT_TARGET, chunks of K <= 2048); a weight stored (K, N) keeps
+    the few-tile rule, and wide products stay whole."""
     rng = np.random.default_rng(0)
 
     def t(*shape: int) -> plait.Tensor:
         return plait.tensor(rng.standard_normal(shape, dtype=np.float32))
 
     (fc1,) = _gemms(t(64, 9216) @ t(4096, 9216).T)
-    assert (fc1.batch, fc1.m, fc1.n, fc1.k) == (2, 64, 4096, 4608)
-    assert (fc1.b_inner, fc1.b[2], fc1.b[3]) == (4608, 1, 9216)  # chunk stride, K stride, N stride in the weight
+    assert (fc1.batch, fc1.m, fc1.n, fc1.k) == (6, 64, 4096, 1536)
+    assert (fc1.b_inner, fc1.b[2], fc1.b[3]) == (1536, 1, 9216)  # chunk stride, K stride, N stride in the weight
+    (fc2,) = _gemms(t(64, 4096) @ t(4096, 4096).T)
+    assert (fc2.batch, fc2.k) == (8, 512)
     (fc3,) = _gemms(t(64, 4096) @ t(1000, 4096).T)
-    assert (fc3.batch, fc3.k) == (8, 512)
+    assert (fc3.batch, fc3.k) == (16, 256)
     (plain,) = _gemms(t(64, 4096) @ t(4096, 1000))
     assert (plain.batch, plain.k) == (8, 512)
     (wide,) = _gemms(t(512, 4096) @ t(4096, 4096).T)
