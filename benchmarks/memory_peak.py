@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--models", default="resnet18,vgg16")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--reuse", default="0,1", help="PLAIT_REUSE_BUFFERS values to run, comma-separated")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child process: measure this model and print JSON
     args = ap.parse_args()
     if args.one:
@@ -66,7 +67,7 @@ def main() -> None:
     print("| model | batch | reuse | eager peak MB | traced peak MB | replay peak MB | held after MB | replay loss |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        for reuse in ("0", "1"):
+        for reuse in args.reuse.split(","):
             env = {**os.environ, "PLAIT_REUSE_BUFFERS": reuse}
             cmd = [sys.executable, __file__, "--one", name, "--batch", str(args.batch), "--device", args.device]
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
