@@ -119,6 +119,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=12, help="products timed per model, by total FLOPs in the step")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--budget", type=float, default=8.0, help="seconds per product")
+    ap.add_argument("--grads", action="store_true", help="only weight gradients (both operands contiguous along K)")
     args = ap.parse_args()
     dev = get_device(args.device)
     from plait.codegen.gemm_tc import mma_tf32_unsupported
@@ -127,6 +128,8 @@ def main() -> None:
     for name in args.models.split(","):
         specs = _specs(name, args.batch, args.device)
         print(f"== {name} b{args.batch}: {sum(specs.values())} GEMMs, {len(specs)} distinct")
+        if args.grads:
+            specs = Counter({s: c for s, c in specs.items() if s.a[3] == 1 and s.b[2] == 1 and s.conv is None})
         ranked = sorted(specs.items(), key=lambda kv: -kv[0].flops * kv[1])[: args.top]
         for spec, uses in ranked:
             variants = [("", spec)] + [(f"x{f} chunks ", s) for f in (2, 4) if (s := _resplit(spec, f)) is not None]
