@@ -558,54 +558,9 @@ static void plait_sgemv(long batch, long inner, int m, int n, int k, const float
 DEPTHWISE = """//@shared-begin plait_dwconv
 /* A depthwise convolution (one filter per channel plane); planes are independent tasks, and epi runs on each
    finished plane. */
-/* Stride 1, rows narrower than a vector: copy the plane into a zero-padded one (wp columns) and compute outputs on
-   the padded grid, so every tap row is a long vector loop over the plane (rows of 7 or 14 would leave the vector
-   unit idle); the valid ow of every wp columns are then copied out. */
-static void plait_dw_flat(const float* x, const float* w, const plait_win* g, float* c) {
-  int wp = g->w + 2 * g->pw, hp = g->h + 2 * g->ph, ow = g->ow, oh = hp - g->dh * (g->kh - 1);
-  long len = (long)(oh - 1) * wp + ow;
-  float* pad = plait_scratch((size_t)hp * wp + (size_t)oh * wp);
-  float* restrict acc = pad + (long)hp * wp;
-  memset(pad, 0, sizeof(float) * (size_t)g->ph * wp);
-  memset(pad + (long)(g->ph + g->h) * wp, 0, sizeof(float) * (size_t)(hp - g->ph - g->h) * wp);
-  for (int y = 0; y < g->h; y++) {
-    float* r = pad + (long)(y + g->ph) * wp;
-    for (int t = 0; t < g->pw; t++) r[t] = r[g->pw + g->w + t] = 0.0f;
-    memcpy(r + g->pw, x + (long)y * g->w, sizeof(float) * g->w);
-  }
-  /* blocks of the plane small enough that the partial sums stay in L1 across the taps */
-  for (long q0 = 0; q0 < len; q0 += 2048) {
-    long q1 = q0 + 2048 < len ? q0 + 2048 : len;
-    for (long q = q0; q < q1; q++) acc[q] = 0.0f;
-    for (int ky = 0; ky < g->kh; ky++) {
-      const float* src = pad + (long)ky * g->dh * wp;
-      const float* wr = w + ky * g->kw;
-      int kx = 0, d = g->dw;
-      for (; kx + 3 <= g->kw; kx += 3) {
-        float w0 = wr[kx], w1 = wr[kx + 1], w2 = wr[kx + 2];
-        const float* s0 = src + kx * d;
-#pragma omp simd
-        for (long q = q0; q < q1; q++) acc[q] += w0 * s0[q] + w1 * s0[q + d] + w2 * s0[q + 2 * d];
-      }
-      for (; kx < g->kw; kx++) {
-        float w0 = wr[kx];
-        const float* s0 = src + kx * d;
-#pragma omp simd
-        for (long q = q0; q < q1; q++) acc[q] += w0 * s0[q];
-      }
-    }
-  }
-  for (int oy = 0; oy < oh; oy++) memcpy(c + (long)oy * ow, acc + (long)oy * wp, sizeof(float) * ow);
-}
-
 typedef int plait_i16 __attribute__((vector_size(64)));
-#if defined(__clang__)
-#define plait_even(a, b) __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
-#else
-#define plait_even(a, b) __builtin_shuffle(a, b, (plait_i16){0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30})
-#endif
-/* One block of up to 64 outputs of output row `oy` (NV vectors), every tap a contiguous read of one column phase
-   at its precomputed offset `off[tap]`; the sums stay in registers across the taps. */
+/* One block of up to 64 outputs of an output row (NV vectors), every tap a contiguous read at its precomputed offset
+   `off[tap]`; the sums stay in registers across the taps. */
 static inline __attribute__((always_inline)) void plait_dw_row(int NV, const float* base, const int* off, int taps,
                                                              const float* w, int cnt, float* out) {
   plait_v16 acc[4] = {{0}};
@@ -626,45 +581,26 @@ static inline __attribute__((always_inline)) void plait_dw_row(int NV, const flo
   }
 }
 
-/* One plane: the input, zero-padded, is split into sw column phases (phase r holds padded columns r, r + sw, ...),
-   so every tap of a strided convolution reads a contiguous run; rows have room for whole-vector reads past the
-   last output. */
+/* One wide stride-1 plane (the others run across the lanes, plait_dw_lanes): the input is copied into a zero-padded
+   plane whose rows have room for whole-vector reads past the last output, so every tap of an output row is one
+   contiguous read. */
 static void plait_dw_plane(const float* x, const float* w, const plait_win* g, int oh, float* c) {
-  int sw = g->sw, ow = g->ow, taps = g->kh * g->kw;
-  long rows = (long)(oh - 1) * g->sh + (long)(g->kh - 1) * g->dh + 1; /* padded rows any output reads */
-  long need = (long)(g->kw - 1) * g->dw / sw + (ow + 15) / 16 * 16, cols = (g->w + 2 * g->pw + sw - 1) / sw;
+  int ow = g->ow, taps = g->kh * g->kw;
+  long rows = (long)oh + (long)(g->kh - 1) * g->dh; /* padded rows any output reads */
+  long need = (long)(g->kw - 1) * g->dw + (ow + 15) / 16 * 16, cols = g->w + 2 * g->pw;
   long pitch = ((need > cols ? need : cols) + 15) / 16 * 16;
-  float* ph = plait_scratch((size_t)(sw * rows * pitch));
+  float* pad = plait_scratch((size_t)(rows * pitch));
   int off[taps];
   for (int ky = 0; ky < g->kh; ky++)
-    for (int kx = 0; kx < g->kw; kx++) {
-      int t = kx * g->dw;
-      off[ky * g->kw + kx] = (int)(((t % sw) * rows + (long)ky * g->dh) * pitch + t / sw);
-    }
-  for (int r = 0; r < sw; r++) {
-    long qlo = (g->pw - r + sw - 1) / sw, qhi = (g->w - 1 + g->pw - r) / sw + 1; /* phase columns inside the row */
-    if (qlo < 0) qlo = 0;
-    for (long y = 0; y < rows; y++) {
-      float* d = ph + (r * rows + y) * pitch;
-      long iy = y - g->ph;
-      memset(d, 0, sizeof(float) * (size_t)pitch);
-      if (iy < 0 || iy >= g->h) continue;
-      const float* xr = x + iy * g->w + r - g->pw;
-      if (sw == 1) {
-        memcpy(d + qlo, xr + qlo, sizeof(float) * (size_t)(qhi - qlo));
-      } else if (sw == 2) { /* 16 outputs from two vector loads and one two-source shuffle */
-        long q = qlo;
-        for (; q < qhi && q * 2 + r - g->pw < 0; q++) d[q] = xr[q * 2];
-        for (; q + 16 <= qhi && q * 2 + r - g->pw + 32 <= g->w; q += 16)
-          *(plait_v16*)(d + q) = plait_even(*(const plait_v16*)(xr + q * 2), *(const plait_v16*)(xr + q * 2 + 16));
-        for (; q < qhi; q++) d[q] = xr[q * 2];
-      } else {
-        for (long q = qlo; q < qhi; q++) d[q] = xr[q * sw];
-      }
-    }
+    for (int kx = 0; kx < g->kw; kx++) off[ky * g->kw + kx] = (int)(ky * g->dh * pitch + kx * g->dw);
+  for (long y = 0; y < rows; y++) {
+    float* d = pad + y * pitch;
+    long iy = y - g->ph;
+    memset(d, 0, sizeof(float) * (size_t)pitch);
+    if (iy >= 0 && iy < g->h) memcpy(d + g->pw, x + iy * g->w, sizeof(float) * (size_t)g->w);
   }
   for (int oy = 0; oy < oh; oy++) {
-    const float* base = ph + (long)oy * g->sh * pitch;
+    const float* base = pad + (long)oy * pitch;
     for (int ox0 = 0; ox0 < ow; ox0 += 64) {
       int cnt = ow - ox0 < 64 ? ow - ox0 : 64;
       float* out = c + (long)oy * ow + ox0;
@@ -760,7 +696,8 @@ static void plait_dw_lanes(long bz0, int lanes, long inner, int n, const float* 
   int off[taps], pix[so * ow];
   for (int ky = 0; ky < g->kh; ky++)
     for (int kx = 0; kx < g->kw; kx++) off[ky * g->kw + kx] = (ky * g->dh * cols + kx * g->dw) * 16;
-  for (int q = 0; q < so * ow; q++) pix[q] = (q / ow * g->sh * cols + q % ow * g->sw) * 16;
+  for (int oy = 0; oy < so; oy++)
+    for (int ox = 0; ox < ow; ox++) pix[oy * ow + ox] = (oy * g->sh * cols + ox * g->sw) * 16;
   for (int oy0 = 0; oy0 < oh; oy0 += so) {
     int sn = (oh - oy0 < so ? oh - oy0 : so) * ow, q = 0;
     float* os = o + (long)oy0 * ow * 16;
@@ -804,8 +741,7 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
     const float* w = A + bz / inner * sab + bz % inner * sai;
     const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)n;
-    if (g->sw == 1 && g->sh == 1 && g->ow < 16) plait_dw_flat(x, w, g, c);
-    else plait_dw_plane(x, w, g, n / g->ow, c);
+    plait_dw_plane(x, w, g, n / g->ow, c);
     if (epi) epi(c, bz, 0, 0, 1, n, extra);
   }
 }
@@ -838,14 +774,15 @@ def _transpose16() -> str:
 DEPTHWISE = DEPTHWISE.replace("//@transpose16\n", _transpose16())
 
 
-DW_LANES_MAX = 1024  # stride-1 depthwise output planes up to this many pixels run across the vector lanes
+DW_LANES_MAX = 4096  # stride-1 depthwise output planes up to this many pixels (56x56) run across the vector lanes
 
 
 def dw_lanes(win: Any, n: int) -> bool:
     """Whether a depthwise convolution with n output pixels per plane runs 16 planes across the vector lanes
-    (plait_dw_lanes) rather than plane by plane: strided ones and small planes, where the plane-wise kernel's
-    short rows or deinterleaving cost more than the lanes kernel's transposes (benchmarks/bench_depthwise_c.py)."""
-    return win.sh > 1 or win.sw > 1 or n <= DW_LANES_MAX
+    (plait_dw_lanes) rather than plane by plane: strided ones, rows narrower than a vector and planes up to 56x56,
+    where the plane-wise kernel's short rows or deinterleaving cost more than the lanes kernel's transposes
+    (benchmarks/bench_depthwise_c.py); wide stride-1 planes stay plane by plane."""
+    return win.sh > 1 or win.sw > 1 or win.ow < 16 or n <= DW_LANES_MAX
 
 
 def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:

@@ -1,8 +1,7 @@
-"""The `cpu` device's depthwise convolution kernel (DWCONV): rows computed in registers from a zero-padded copy of
-each plane split into column phases, for stride 1 and 2 (the vector deinterleave and its scalar edges), stride 3,
-dilation, non-square kernels, rows longer than one 64-output block, and the flat kernel for narrow stride-1 planes,
-and the kernel that runs 16 planes across the vector lanes (small or strided planes, in strips of rows), with a fused BN-style epilogue and ReLU6,
-against PyTorch."""
+"""The `cpu` device's depthwise convolution kernel (DWCONV): wide stride-1 planes row by row from a zero-padded copy
+(rows longer than one 64-output block, a partial vector), and the kernel that runs 16 planes across the vector lanes
+(small, narrow or strided planes, in strips of rows: strides 2 and 3, dilation, non-square kernels, partial groups,
+groups spanning images), with a fused BN-style epilogue and ReLU6, against PyTorch."""
 
 import pytest
 import torch
@@ -12,13 +11,14 @@ import plait.nn.functional as F
 from tests.helpers import assert_close, rand
 
 GEOMETRIES = [  # n, c, h, w, kh, kw, stride, padding, dilation
-    (1, 3, 40, 37, 3, 3, 1, 1, 1),  # stride 1, rows of 37 (two vectors, a partial one)
+    (1, 3, 80, 67, 3, 3, 1, 1, 1),  # stride 1 plane by plane, rows of 67 (a 64-output block and a partial one)
     (2, 4, 33, 150, 3, 3, 1, 1, 1),  # rows of 150: three 64-output blocks
-    (1, 3, 70, 70, 3, 3, 2, 1, 1),  # stride 2, rows long enough for the vector deinterleave
+    (1, 2, 70, 70, 3, 3, 1, 2, 2),  # stride 1 plane by plane, dilation 2
+    (1, 3, 70, 70, 3, 3, 2, 1, 1),  # stride 2 across the lanes: a partial group, several strips
     (1, 2, 41, 83, 3, 3, 2, 0, 1),  # stride 2 without padding, odd width
     (1, 2, 29, 66, 5, 5, 2, 2, 2),  # stride 2, dilation 2
     (2, 3, 21, 50, 3, 5, (1, 3), (1, 2), 1),  # stride 3 along rows, non-square kernel
-    (1, 3, 30, 12, 3, 3, 1, 1, 1),  # a tall narrow plane: the flat kernel
+    (1, 3, 400, 12, 3, 3, 1, 1, 1),  # a tall plane narrower than a vector: across the lanes in many strips
     (1, 5, 7, 7, 3, 3, 1, 1, 1),  # a 7x7 plane
     (1, 4, 14, 14, 3, 3, 2, 1, 1),  # 14 -> 7, stride 2
     (2, 10, 14, 14, 3, 3, 1, 1, 1),  # small planes 16 to a vector: 20 planes, one group spans both images
