@@ -15,6 +15,7 @@ VW = 16  # floats per vector register (AVX-512; gcc splits the vector type on na
 TILES = ((24, 1), (12, 2), (8, 3), (6, 4))
 KC_MAX = 256
 MERGE_BELOW = 512  # products with fewer columns than this that share A over a batch merge the batch's columns
+FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot products (plait_fringe)
 
 
 GEMV_ROWS = 16  # at most this many rows run as a weight-streaming product when B is large ...
@@ -38,13 +39,17 @@ TILE_COST = {(24, 1): 1.67, (12, 2): 1.31, (8, 3): 1.02, (6, 4): 1.05}
 
 
 def pick_tile(m: int, n: int) -> tuple[int, int]:
-    """The register tile with the least measured cost on an m x n product: padded work (whole tiles) times the
-    tile's relative cost per multiply-add (TILE_COST)."""
+    """The register tile with the least measured cost on an m x n product: padded work (whole tiles; up to
+    FRINGE_MAX columns past the last whole panel as dot products) times the tile's relative cost per multiply-add
+    (TILE_COST)."""
 
     def cost(t: tuple[int, int]) -> float:
         mr, nv = t
         nr = nv * VW
-        return (-(-m // mr) * mr) * (-(-n // nr) * nr) * TILE_COST[t]
+        rem = n % nr
+        # a fringe column costs about two of a panel's (dot products are bound by loads, not multiply-adds)
+        cols = n - rem + (2 * rem if rem <= FRINGE_MAX else nr)
+        return (-(-m // mr) * mr) * cols * TILE_COST[t]
 
     return min(TILES, key=cost)
 
@@ -205,6 +210,75 @@ static void plait_pack(const float* b, long sbb, long sbi, long inner, long imag
 """
 
 
+# Columns past the last whole panel of the register tile, when there are a few (a 7x7 or 14x14 plane at batch 1: 49 =
+# 48 + 1, 196 = 192 + 4 columns), run as dot products along k instead of as one more panel padded with zeros (up to
+# 47 wasted columns of multiply-adds). Their partial sums (vectors along k) stay in a per-thread buffer across k
+# blocks and are summed into C at the last one.
+FRINGE = """//@shared-begin plait_gemm_fringe
+/* Four rows ar[i] (a row past the block repeats the last one) times R <= 4 columns of B held along k (fb, ldf
+   apart, zero past kc) over kc elements: part[i * 4 + q] (16 lanes along k) accumulates row i, column q. */
+static inline __attribute__((always_inline)) void plait_fringe_rows(int R, int kc, const float* const* ar,
+                                                                  const float* fb, long ldf, plait_v16* part) {
+  plait_v16 acc[4][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++) acc[i][q] = part[i * 4 + q];
+  int k16 = kc / 16 * 16;
+  for (int p = 0; p <= k16; p += 16) {
+    plait_v16 av[4], bv[4];
+    if (p == k16) { /* the last kc % 16 elements: A's rows end there, so they are copied into zeroed vectors */
+      if (p == kc) break;
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; i++) {
+        av[i] = (plait_v16){0};
+        memcpy(&av[i], ar[i] + p, sizeof(float) * (size_t)(kc - p));
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; i++) av[i] = *(const plait_v16*)(ar[i] + p);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++) bv[q] = *(const plait_v16*)(fb + q * ldf + p);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+      for (int q = 0; q < R; q++) acc[i][q] += av[i] * bv[q];
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++) part[i * 4 + q] = acc[i][q];
+}
+
+/* Rows [0, mr) of A (a, lda apart) times the R fringe columns of B for one k block; at the first block the partial
+   sums start from zero, at the last they are summed into C (c, element (i, q) at i * rs + q * cs). */
+static void plait_fringe(int R, int kc, const float* a, long lda, const float* fb, long ldf, plait_v16* part,
+                         int first, int last, float* c, long rs, long cs, int mr) {
+  if (first) memset(part, 0, sizeof(plait_v16) * 4 * (size_t)((mr + 3) / 4 * 4));
+  for (int i0 = 0; i0 < mr; i0 += 4) {
+    const float* ar[4];
+    for (int i = 0; i < 4; i++) ar[i] = a + (long)(i0 + i < mr ? i0 + i : mr - 1) * lda;
+    plait_v16* pt = part + i0 * 4;
+    switch (R) {
+      case 1: plait_fringe_rows(1, kc, ar, fb, ldf, pt); break;
+      case 2: plait_fringe_rows(2, kc, ar, fb, ldf, pt); break;
+      case 3: plait_fringe_rows(3, kc, ar, fb, ldf, pt); break;
+      default: plait_fringe_rows(4, kc, ar, fb, ldf, pt); break;
+    }
+  }
+  if (!last) return;
+  for (int i = 0; i < mr; i++)
+    for (int q = 0; q < R; q++) {
+      float sum = 0.0f;
+      for (int l = 0; l < 16; l++) sum += part[i * 4 + q][l];
+      c[i * rs + q * cs] = sum;
+    }
+}
+//@shared-end
+"""
+
+
 def _micro(mr: int, nv: int) -> str:
     """C[mr x nr] (+)= A[mr x kc] @ Bpanel[kc x nr] with the accumulators in registers; partial tiles (rows or
     columns past the matrix) are computed in full and stored element by element."""
@@ -322,6 +396,9 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   rtasks = (blocks + rblk - 1) / rblk;
   int nkb = (k + {KC_MAX - 1}) / {KC_MAX}, kcm = (k + nkb - 1) / nkb;
   long tasks = per * rtasks, npad = panels * {nr};
+  /* columns past the last whole panel, when few, are dot products (plait_fringe) instead of one more padded panel */
+  int fr = !images && cols % {nr} && cols % {nr} <= {FRINGE_MAX} ? (int)(cols % {nr}) : 0;
+  long jf = cols - fr, ldf = (kcm + 15) / 16 * 16;
   /* split rows share one packing of B (per image: every k block, all panels) instead of each packing it again */
   float* shared = rtasks > 1 ? plait_shared_scratch((size_t)(nb * k * npad)) : 0;
 #pragma omp parallel
@@ -345,8 +422,14 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
       const float* a = A + bz / inner * sab + bz % inner * sai;
       const float* b = images ? B : B + bz / inner * sbb + bz % inner * sbi;
       float* c = C + bz * (long)m * n;
-      float* ap = plait_scratch((size_t)kcm * (j1 - j0) + (size_t)kcm * (i1 - i0 + {mr}));
+      int fringe = fr && j1 > jf;
+      /* fringe partial sums: per row block of the task, its rows rounded up to 4, 4 vectors each */
+      size_t nfb = fringe ? (size_t)ldf * 4 + (size_t)((i1 - i0 + {mr - 1}) / {mr}) * {(mr + 3) // 4 * 4 * 64} : 0;
+      float* ap = plait_scratch((size_t)kcm * (j1 - j0) + (size_t)kcm * (i1 - i0 + {mr}) + nfb);
       float* bp = ap + (size_t)kcm * (i1 - i0 + {mr});
+      float* fb = bp + (size_t)kcm * (j1 - j0);
+      plait_v16* part = (plait_v16*)(fb + (size_t)ldf * 4);
+      long jend = fringe ? jf : j1;
       for (int pc = 0; pc < k; pc += kcm) {{
         int kc = k - pc < kcm ? k - pc : kcm, last = pc + kc >= k;
         if (shared) bp = shared + bz * k * npad + pc * npad + j0 * kc;
@@ -361,18 +444,25 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
               ap[(long)i * kc + p] = from + i < i1 ? a[(long)(from + i) * sam + (long)(pc + p) * sak] : 0.0f;
           packed_to = from;
         }}
+        if (fringe) {{ /* the fringe columns of the packed last panel, transposed to run along k */
+          const float* pf = bp + (jf - j0) * kc;
+          for (int q = 0; q < 4; q++)
+            for (int p = 0; p < ldf; p++) fb[q * ldf + p] = q < fr && p < kc ? pf[(long)p * {nr} + q] : 0.0f;
+        }}
         /* a row block of A stays in L1 while it meets every panel; its finished rows then get the epilogue in
            one long pass while still in cache */
         for (int ii = i0; ii < i1; ii += {mr}) {{
           int mr = i1 - ii < {mr} ? i1 - ii : {mr};
           const float* at = ii < packed_to ? a + (long)ii * sam + pc : ap + (long)(ii - packed_to) * kc;
           long lda = ii < packed_to ? sam : kc;
-          for (long jj = j0; jj < j1; jj += {nr}) {{
+          for (long jj = j0; jj < jend; jj += {nr}) {{
             int nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
             const float* panel = bp + (jj - j0) * kc;
             if (images) plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, pc > 0, last, epi, extra);
             else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, pc > 0);
           }}
+          if (fringe)
+            plait_fringe(fr, kc, at, lda, fb, ldf, part + (ii - i0) / {mr} * {(mr + 3) // 4 * 4 * 4}, pc == 0, last, c + ii * rs + jf * cs, rs, cs, mr);
           if (epi && last && !images) {{
             int jn = (int)((j1 < cols ? j1 : cols) - j0);
             if (trans) epi(c, bz, (int)j0, ii, jn, mr, extra); else epi(c, bz, ii, (int)j0, mr, jn, extra);
@@ -800,7 +890,7 @@ def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str)
 def library(mr: int, nv: int) -> str:
     """The shared C code for one register tile (compiled once per translation unit, whatever the shapes)."""
     tile = f"//@shared-begin plait_gemm_{mr}x{nv}\n{_micro(mr, nv)}{_driver(mr, nv)}//@shared-end\n"
-    return at_o2(COMMON) + at_o2(tile)
+    return at_o2(COMMON) + at_o2(FRINGE) + at_o2(tile)
 
 
 def gemv_library() -> str:
