@@ -176,6 +176,11 @@ def _tile_m(spec: Any, constant_weight: bool) -> int | None:
     if tiles[4] >= MIN_TILES_F4:
         return 4
     if tiles[2] >= MIN_TILES_F2:
+        # with one panel of tiles every U element meets only 16 columns, so a U that leaves L2 is read at memory speed:
+        # there the implicit GEMM, whose weight is 16/9 times smaller, wins (512-channel 7x7 at batch 1, one thread:
+        # 3.0-3.9 against 3.3-4.3 ms since the GEMM's fringe columns; docs/benchmarks.md "CPU: resnet18 and resnet50")
+        if tiles[2] < 2 * MIN_TILES_F2 and 16 * spec.m * win.c * 4 > U_CACHED:
+            return None
         return 2
     return None
 

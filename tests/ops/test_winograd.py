@@ -139,6 +139,7 @@ def test_winograd_eager_replays_transform_with_new_weights():
         ((2, 64, 64, 16, 16), 1, "WINO4"),  # 32 tiles of 4x4: F(4,3)
         ((1, 64, 64, 14, 14), 1, "WINO2"),  # batch-1 14x14: 16 tiles of 4x4 share U too little; 49 of 2x2
         ((1, 64, 64, 7, 7), 1, "WINO2"),  # batch-1 7x7: 4 tiles of 4x4 would pad a panel 4x; 16 of 2x2
+        ((1, 512, 512, 7, 7), 1, "CONV"),  # ... unless U (16 MB) leaves L2 with one panel of tiles to share it
         ((1, 16, 64, 16, 16), 1, "CONV"),  # few input channels: transforms cost what they save
         ((1, 64, 64, 16, 16), 2, "CONV"),  # strided: no Winograd
         ((1, 64, 64, 3, 3), 1, "CONV"),  # too few tiles
