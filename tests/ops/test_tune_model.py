@@ -8,6 +8,7 @@ import pytest
 
 import plait
 import plait.tune
+import plait.tune.model
 from plait import settings
 from plait.errors import PlaitError
 from plait.tune.model import tune_plan
@@ -17,6 +18,9 @@ from plait.tune.model import tune_plan
 def fresh_tuning(tmp_path, monkeypatch):
     """An empty cache folder and tuning table, so no other test's winners leak in and none of these leak out."""
     monkeypatch.setattr(plait.tune, "_memo", {})
+    # the first four configurations of each search: every step of tuning runs, with a fraction of the cold builds
+    full = plait.tune.model.candidates
+    monkeypatch.setattr(plait.tune.model, "candidates", lambda device, spec=None: full(device, spec)[:4])
     with settings.override(PLAIT_CACHE_DIR=str(tmp_path)):
         yield
 
