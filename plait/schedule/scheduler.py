@@ -89,11 +89,15 @@ SPLIT_K_MIN = 256  # shortest K chunk worth a work-group of its own
 STREAM_SPLIT_TARGET = 1056
 STREAM_SPLIT_MAX_K = 2048
 # A weight gradient (both operands contiguous along K = images x positions) splits into chunks that make this many
-# 64x64 tiles (four per SM of an H100), each chunk at least SPLIT_K_GRAD_MIN long and at most SPLIT_K_GRAD_MAX
-# chunks: resnet18 b64's 64x576 product over K 200704 ran 0.98 ms as 8 chunks, 0.78 as 16, 0.54 as 32.
-SPLIT_K_GRAD_TARGET = 528
+# 64x64 tiles (eight per SM of an H100), each chunk at least SPLIT_K_GRAD_MIN long and at most SPLIT_K_GRAD_MAX
+# chunks: resnet18 b64's 64x576 product over K 200704 ran 0.98 ms as 8 chunks, 0.78 as 16, 0.54 as 32 (64x32
+# tiles), 0.46 as 64 and 0.41 as 128 (64x64 tiles, BK 32); its 128x1152, 256x2304 and stem products gained the same
+# 12% going from 576 to 1152 tiles. Products with fewer than 64 rows or columns take this rule where K is at least
+# SPLIT_K_GRAD_LONG (mobilenet_v2's first layer: 32 x 27 outputs over K 802816 ran 1.16 ms as 16 chunks).
+SPLIT_K_GRAD_TARGET = 1056
 SPLIT_K_GRAD_MIN = 1024
-SPLIT_K_GRAD_MAX = 256
+SPLIT_K_GRAD_MAX = 512
+SPLIT_K_GRAD_LONG = 1 << 18
 SPLIT_K_IMAGE_MIN = 128  # whole-image chunks of a 1x1 weight gradient this long still split (mobilenet_v2's 14x14)
 
 
@@ -119,7 +123,7 @@ def _split_k(order: list[Node], keep: set[int]) -> bool:
             changed = True
             continue
         a, b = node.srcs
-        if a.shape[-1] >= 4 * max(a.shape[-2], b.shape[-1]) and _is_transpose(b):
+        if a.shape[-1] >= max(a.shape[-2], b.shape[-1]) and _is_transpose(b):
             # a weight gradient written (columns @ dy^T)^T reads dy^T, no view, as B: as dy @ columns^T (the
             # gradient as A, the columns as B) the splits read both in place
             swapped = matmul(_transpose(b), _transpose(a))
@@ -147,7 +151,7 @@ def _split_k_one(node: Node, keep: set[int]) -> bool:
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     tiles = -(-m // 32) * -(-n // 32)
     vb = strided_view(b, set())
-    grad = min(m, n) >= 64 and _k_contiguous(a, b, vb)  # smaller outputs keep the 32x32-tile rule
+    grad = (min(m, n) >= 64 or k >= SPLIT_K_GRAD_LONG) and _k_contiguous(a, b, vb)
     tiles64 = -(-m // 64) * -(-n // 64)
     if m < 16 or k < 2 * SPLIT_K_MIN or tiles64 >= (SPLIT_K_GRAD_TARGET if grad else 66):
         return False

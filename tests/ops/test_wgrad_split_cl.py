@@ -37,6 +37,23 @@ def test_weight_gradient_splits_into_chunks_of_1024() -> None:
     assert spec.a[3] == 1 and spec.b[2] == 1  # both operands read along K in place
 
 
+def test_long_weight_gradient_with_few_outputs_splits() -> None:
+    """mobilenet_v2's first layer (32 x 27 outputs, stride 2) over K = 64 images x 64 x 64 positions: few outputs,
+    but K long enough for 256 chunks of 1024 (the 32x32-tile rule made 16 chunks of 16384)."""
+    grads, (_, w, _) = _strided_grads(64, 3, 128, 32)
+    items = schedule([grads[w.node.uid]], 256, split_k=True)
+    (spec,) = [it.gemm for it in items if it.kind == "gemm" and it.gemm is not None]
+    assert (spec.batch, spec.m, spec.n, spec.k) == (256, 32, 27, 1024)
+
+
+def _strided_grads(n: int, c: int, hw: int, co: int):
+    x = plait.tensor(np.zeros((n, c, hw, hw), np.float32), device="cpu", requires_grad=True)
+    w = plait.tensor(rand((co, c, 3, 3), seed=2), device="cpu", requires_grad=True)
+    loss = F.conv2d(x, w, stride=2, padding=1).sum()
+    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device="cpu").node
+    return autodiff.gradients(loss.node, seed, [w.node, x.node]), (x, w, None)
+
+
 def test_pointwise_weight_gradient_of_14x14_images_splits_per_image() -> None:
     """A 1x1 layer's 196 positions per image are shorter than a chunk of 256: one chunk per image."""
     (spec,) = _gemms(4, 64, 14, 64, 1)
