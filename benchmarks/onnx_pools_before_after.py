@@ -5,6 +5,9 @@ pool through the separable reductions the importer used until then.
 
     OMP_WAIT_POLICY=PASSIVE PLAIT_NUM_THREADS=2 .venv/bin/python benchmarks/onnx_pools_before_after.py \\
         --models resnet18 alexnet --batches 1 16 --iters 10
+
+--kernels instead reports one-thread CPU time per kind of kernel of the three plait plans, their kernels' launches
+taking turns (bench_onnx_kernels.interleaved_kernel_times); run it with OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from plait.onnx import InferenceSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, export, measure_rounds, twin
+from bench_onnx_kernels import interleaved_kernel_times, report
 
 
 def _session(model: bytes, feed: dict[str, np.ndarray], chain_cells: int) -> InferenceSession:
@@ -43,13 +47,15 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--max-seconds", type=float, default=30.0)
+    ap.add_argument("--kernels", action="store_true", help="one-thread CPU time per kind of kernel instead")
     args = ap.parse_args()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = int(os.environ.get("PLAIT_NUM_THREADS", "2"))
     opts.inter_op_num_threads = 1
     print(f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
-    print("| model | batch | ONNX before ms | ONNX after ms | twin ms | ORT ms | after / twin | after / ORT |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    if not args.kernels:
+        print("| model | batch | ONNX before ms | ONNX after ms | twin ms | ORT ms | after / twin | after / ORT |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in args.models:
         model = export(name)
         ref = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
@@ -68,6 +74,11 @@ def main() -> None:
             for label in ("before", "after", "twin"):
                 got = np.asarray(fns[label]()[0] if label != "twin" else fns[label]())
                 np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
+            if args.kernels:  # every plan has run, so each kernel reads real data
+                plans = {"before": before.plan_for(feed), "after": after.plan_for(feed), "twin": own.plan_for([x])[0]}
+                for label, per in interleaved_kernel_times(plans, args.iters).items():
+                    report(f"{name} b{batch} ({label})", per, 0)
+                continue
             t = {k: v["median_ms"] for k, v in measure_rounds(fns, args.iters, args.max_seconds).items()}
             print(
                 f"| {name} | {batch} | {t['before']:.1f} | {t['after']:.1f} | {t['twin']:.1f} | {t['ort']:.1f}"
