@@ -91,6 +91,15 @@ def main() -> None:
                 folder = pathlib.Path(args.dump) / name
                 folder.mkdir(parents=True, exist_ok=True)
                 (folder / f"{i:04d}_{la.kernel.name}.cl").write_text(la.kernel.source)
+        small = [t for t in times if t < 10e-6]
+        print(f"{len(small)} launches under 10 us: {sum(small) * 1e3:.3f} ms")
+        families: dict[str, list[float]] = defaultdict(list)
+        for la, t in zip(launches, times, strict=True):
+            families[la.kernel.name.rsplit("_", 1)[0]].append(t)
+        top = sorted(families.items(), key=lambda kv: -sum(kv[1]))[: args.limit // 2]
+        print(
+            "by kernel (same name but the hash): " + "; ".join(f"{k} {sum(v) * 1e3:.3f} ms ({len(v)})" for k, v in top)
+        )
         state = {id(w) for _, w in replay.carries}
         upd = [i for i, la in enumerate(launches) if id(la.buffers[0]) in state]
         upd_ms = sum(times[i] for i in upd) * 1e3
