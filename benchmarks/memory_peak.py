@@ -43,6 +43,7 @@ def measure(model_name: str, batch: int, device: str) -> dict[str, float]:
     base = alloc.in_use
     out: dict[str, float] = {}
     for phase in ("eager", "traced 1", "traced 2", "replay"):
+        out["replayed"] = float(any(t.replay is not None for t in step.traces.values()))  # this call will replay
         alloc.reset_peak()
         t0 = time.perf_counter()
         loss = step(x, y)
@@ -64,8 +65,10 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one, args.batch, args.device)))
         return
-    print("| model | batch | reuse | eager peak MB | traced peak MB | replay peak MB | held after MB | replay loss |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| model | batch | reuse | eager peak MB | traced peak MB | 4th call peak MB | held after MB | 4th loss | replay |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         for reuse in args.reuse.split(","):
             env = {**os.environ, "PLAIT_REUSE_BUFFERS": reuse}
@@ -78,7 +81,7 @@ def main() -> None:
             traced = max(r["traced 1 peak MB"], r["traced 2 peak MB"])
             print(
                 f"| {name} | {args.batch} | {reuse} | {r['eager peak MB']:.0f} | {traced:.0f} | "
-                f"{r['replay peak MB']:.0f} | {r['held after MB']:.0f} | {r['replay loss']:.4f} |",
+                f"{r['replay peak MB']:.0f} | {r['held after MB']:.0f} | {r['replay loss']:.4f} | {bool(r['replayed'])} |",
                 flush=True,
             )
 
