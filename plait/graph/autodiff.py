@@ -4,7 +4,8 @@ whole backward pass is itself a lazy graph that compiles into fused kernels like
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 
 from plait.errors import UnsupportedError
 from plait.graph.node import GRAD_MODE, Node, toposort
@@ -28,6 +29,20 @@ def grad_enabled() -> bool:
     return GRAD_MODE[0]
 
 
+# d(loss)/d(out) -> [(ancestor of out, its gradient contribution)]
+Rule = Callable[[Node], list[tuple[Node, Node]]]
+_RULES: weakref.WeakKeyDictionary[Node, Rule] = weakref.WeakKeyDictionary()
+
+
+def custom_vjp(out: Node, rule: Rule) -> None:
+    """Differentiate `out` with `rule` instead of through the ops that built it: backward hands the rule out's
+    gradient and adds the contributions it returns to the named ancestors (typically the inputs of a composite
+    such as a convolution, whose op-by-op gradient would take a slower route). The ops between those ancestors and
+    `out` must have no other reader that needs a gradient, since they receive none. Only built while recording."""
+    if out.rg:
+        _RULES[out] = rule
+
+
 def gradients(root: Node, seed: Node, wrt: list[Node]) -> dict[int, Node]:
     """d(root)/d(node) for every node in `wrt` reachable from root (as lazy nodes), given d(loss)/d(root)=seed."""
     targets = {n.uid for n in wrt}
@@ -43,6 +58,13 @@ def gradients(root: Node, seed: Node, wrt: list[Node]) -> dict[int, Node]:
             if node.uid in targets:
                 out[node.uid] = g
             if not node.srcs:
+                continue
+            rule = _RULES.get(node)
+            if rule is not None:
+                for anc, contrib in rule(g):
+                    if anc.rg:
+                        c = contrib if contrib.dtype == anc.dtype else cast(contrib, anc.dtype)
+                        parts.setdefault(anc.uid, []).append(c)
                 continue
             vjp = OPS[node.op].vjp
             if vjp is None:

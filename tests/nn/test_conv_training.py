@@ -45,7 +45,8 @@ def test_conv2d_training_matches_torch(device: str, case: tuple, bias: bool) -> 
 
 def test_conv2d_training_weight_gradient_is_one_product(device: str) -> None:
     """The weight gradient of a folded convolution is a single GEMM over every image's positions (K = N*OH*OW):
-    no per-image product and no sum over the batch in the step's kernels."""
+    no per-image product and no sum over the batch in the step's kernels. It is computed transposed, columns @
+    dy^T (27 x 16), so the GEMM reads the large patch columns in place (nn.functional._conv_vjp)."""
     from plait.graph import autodiff
     from plait.schedule.plan import Plan
 
@@ -58,5 +59,5 @@ def test_conv2d_training_weight_gradient_is_one_product(device: str) -> None:
     gemms = [it.gemm for it in plan.items if it.kind == "gemm"]
     assert len(gemms) == 1 and gemms[0] is not None
     spec = gemms[0]
-    assert (spec.batch, spec.m, spec.n, spec.k) == (1, 16, 27, 4 * 8 * 8)
+    assert (spec.batch, spec.m, spec.n, spec.k) == (1, 27, 16, 4 * 8 * 8)
     assert not [it for it in plan.items if it.kind == "reduce"]
