@@ -161,6 +161,9 @@ static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, i
       if (s == 1) {
         lo = ix0 >= 0 ? 0 : -ix0;
         hi = g->w - ix0;
+      } else if (s == 2) { /* shifts, not a division per run and row */
+        lo = ix0 >= 0 ? 0 : (1 - ix0) >> 1;
+        hi = ix0 >= g->w ? 0 : ((g->w - 1 - ix0) >> 1) + 1;
       } else {
         lo = ix0 >= 0 ? 0 : (-ix0 + s - 1) / s;
         hi = ix0 >= g->w ? 0 : (g->w - 1 - ix0) / s + 1;
