@@ -6,20 +6,31 @@ The two kernels of a layer are built in one process (gemm_c.dw_lanes replaced by
 built) and launched alternately, so both see the same load on a machine that other jobs share.
 
     OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_depthwise_c.py --batch 1
+
+--plan does the same for whole plans of plait's mobilenet_v2 twin (bench_onnx.twin), one built with every depthwise
+layer plane by plane and one as gemm_c.dw_lanes picks, their kernels launched in turn (bench_onnx_kernels), and
+prints each plan's CPU time per kind of kernel.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
 import plait
 import plait.nn.functional as F
 from plait.codegen import gemm_c
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_onnx import twin
+from bench_onnx_kernels import interleaved_kernel_times, report
 
 # (channels, input height = width, stride, how many layers of mobilenet_v2 have it)
 LAYERS = [
@@ -48,25 +59,52 @@ def layer_launch(batch: int, c: int, hw: int, stride: int, lanes: bool) -> tuple
     def fn(t: plait.Tensor) -> plait.Tensor:
         return (F.conv2d(t, w, None, stride, 1, 1, c) * scale + shift).clip(0.0, 6.0)
 
-    saved = gemm_c.dw_lanes
-    gemm_c.dw_lanes = lambda win, n: lanes
-    try:
+    def build() -> tuple[Any, np.ndarray]:
         jit = plait.jit(fn, device="cpu")
         plan, _ = jit.plan_for([x])
-        out = np.asarray(jit(x))
-    finally:
-        gemm_c.dw_lanes = saved
+        return plan, np.asarray(jit(x))
+
+    plan, out = built_with(lambda win, n: lanes, build)
     (kernel,) = plan.kernels
     assert kernel.name.startswith("DWCONV"), kernel.name
     (launch,) = plan.launches
     return launch, out
 
 
+def built_with(lanes: Callable[[Any, int], bool], build: Callable[[], Any]) -> Any:
+    """What `build` returns with gemm_c.dw_lanes replaced by `lanes` while it runs (plans render their kernels when
+    they are built)."""
+    saved = gemm_c.dw_lanes
+    gemm_c.dw_lanes = lanes
+    try:
+        return build()
+    finally:
+        gemm_c.dw_lanes = saved
+
+
+def compare_plans(batch: int, repeats: int) -> None:
+    """Whole mobilenet_v2 twin plans, plane by plane against the default pick, kernels timed in turn."""
+    x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+
+    def build() -> Any:
+        f = twin("mobilenet_v2", "cpu")
+        f(x)
+        return f.plan_for([x])[0]
+
+    plans = {"planes": built_with(lambda win, n: False, build), "default": built_with(gemm_c.dw_lanes, build)}
+    for label, per in interleaved_kernel_times(plans, repeats).items():
+        report(f"mobilenet_v2 b{batch} ({label})", per, 0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--plan", action="store_true", help="compare whole mobilenet_v2 plans instead of single layers")
     args = ap.parse_args()
+    if args.plan:
+        compare_plans(args.batch, args.repeats)
+        return
     print(f"batch {args.batch}, ms per layer (best of {args.repeats}); default: the kernel gemm_c.dw_lanes picks")
     print("| channels | input | stride | layers | planes | lanes | default |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
