@@ -8,7 +8,7 @@ moment weighs on every variant alike. Medians over the rounds of the wall time a
 
 Parts (--old, comma-separated): conv (convolution gradients in the forms `nn.functional._conv_vjp` picks: the input
 gradient as a transposed convolution, the weight gradient with the columns read in place), bn (batch norm's fused
-backward, `nn.functional.FUSED_BN_BACKWARD`).
+backward in closed form, `nn.functional._batch_norm_vjp`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def old_parts(names: list[str]) -> Iterator[None]:
         saved["_conv_vjp"] = F._conv_vjp
         F._conv_vjp = lambda *a, **k: None
     if "bn" in names:
-        saved["FUSED_BN_BACKWARD"] = F.FUSED_BN_BACKWARD
-        F.FUSED_BN_BACKWARD = False
+        saved["_batch_norm_vjp"] = F._batch_norm_vjp
+        F._batch_norm_vjp = lambda *a, **k: None
     try:
         yield
     finally:

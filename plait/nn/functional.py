@@ -635,19 +635,52 @@ def batch_norm_stats(
         mean = x.mean(axis=axes, keepdims=True)
         d = x - mean
         var = (d * d).mean(axis=axes, keepdims=True)
-        xhat = d * (var + eps).sqrt().reciprocal()
+        rs = (var + eps).sqrt().reciprocal()
+        xhat = d * rs
+        # for the running averages: like torch's, they carry no gradient
         stats: tuple[Tensor | None, Tensor | None] = (
-            mean.reshape(c),
-            var.reshape(c) * (count / (count - 1)),
+            _detached(lambda: mean.reshape(c)),
+            _detached(lambda: var.reshape(c) * (count / (count - 1))),
         )
     else:
         xhat = (x - running_mean.reshape(*bshape)) * (running_var.reshape(*bshape) + eps).sqrt().reciprocal()
         stats = (None, None)
+    out = xhat
     if weight is not None:
-        xhat = xhat * weight.reshape(*bshape)
+        out = out * weight.reshape(*bshape)
     if bias is not None:
-        xhat = xhat + bias.reshape(*bshape)
-    return xhat, stats[0], stats[1]
+        out = out + bias.reshape(*bshape)
+    if stats[0] is not None and grad_enabled() and out.requires_grad:
+        _batch_norm_vjp(out, x, xhat, rs, weight, bias, axes)
+    return out, stats[0], stats[1]
+
+
+def _batch_norm_vjp(
+    out: Tensor, x: Tensor, xhat: Tensor, rs: Tensor, weight: Tensor | None, bias: Tensor | None, axes: tuple[int, ...]
+) -> None:
+    """Training batch norm's gradient in closed form: with s = sum(g) and t = sum(g * xhat) per channel,
+    dx = weight * rs * (g - s/count - xhat * t/count), dweight = t, dbias = s. Two channel sums and one elementwise
+    pass; differentiated op by op through the mean, the variance and the normalisation it is four channel sums
+    (each re-reading the upstream gradient and the input) and a longer elementwise chain."""
+    count = x.numel() // x.shape[1]
+    bshape = tuple(x.shape[1] if i == 1 else 1 for i in range(x.ndim))
+    # nodes, not Tensors, in the rule (see _conv_vjp)
+    x_node, xhat_node, rs_node = x.node, xhat.node, rs.node
+    w_node, b_node = (weight.node if weight is not None else None), (bias.node if bias is not None else None)
+
+    def rule(grad: Node) -> list[tuple[Node, Node]]:
+        g, xh, r = Tensor(grad), Tensor(xhat_node), Tensor(rs_node)
+        s = g.sum(axis=axes, keepdims=True)
+        t = (g * xh).sum(axis=axes, keepdims=True)
+        scale = r if w_node is None else r * Tensor(w_node).reshape(*bshape)
+        grads = [(x_node, (scale * (g - s * (1.0 / count) - xh * (t * (1.0 / count)))).node)]
+        if w_node is not None:
+            grads.append((w_node, t.reshape(-1).node))
+        if b_node is not None:
+            grads.append((b_node, s.reshape(-1).node))
+        return grads
+
+    custom_vjp(out.node, rule)
 
 
 def layer_norm(
