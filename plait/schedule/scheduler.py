@@ -119,29 +119,40 @@ def _split_k(order: list[Node], keep: set[int]) -> bool:
     for node in order:
         if node.op != "matmul" or node.realized or math.prod(node.shape[:-2]) != 1:
             continue
-        if _split_k_one(node, keep):
-            changed = True
-            continue
         a, b = node.srcs
-        if a.shape[-1] >= max(a.shape[-2], b.shape[-1]) and _is_transpose(b):
-            # a weight gradient written (columns @ dy^T)^T reads dy^T, no view, as B: as dy @ columns^T (the
-            # gradient as A, the columns as B) the splits read both in place
-            swapped = matmul(_transpose(b), _transpose(a))
-            if _split_k_one(swapped, keep):
-                node.op, node.srcs, node.arg = "permute", (swapped,), _swap(len(node.shape))
-                changed = True
+        flip = a.shape[-1] >= max(a.shape[-2], b.shape[-1]) and _is_transpose(b)
+        # a weight gradient written (columns @ dy^T)^T reads the columns (a view) as A and dy^T (no view) as B: as
+        # dy @ columns^T the long-K rule reads both in place, so that form is tried first
+        first = flip and strided_view(a, set()) is not None and strided_view(b.srcs[0], set()) is None
+        if first and _split_swapped(node, keep):
+            changed = True
+        elif _split_k_one(node, keep) or (flip and _split_swapped(node, keep)):
+            changed = True
     return changed
 
 
+def _split_swapped(node: Node, keep: set[int]) -> bool:
+    """Split product `node` = A @ B as (B^T @ A^T)^T; `node` becomes the transpose of the split product."""
+    a, b = node.srcs
+    swapped = matmul(_transpose(b), _transpose(a))
+    if not _split_k_one(swapped, keep):
+        return False
+    node.op, node.srcs, node.arg = "permute", (swapped,), _swap(len(node.shape))
+    return True
+
+
 def _swap(nd: int) -> tuple[int, ...]:
+    """The permutation of `nd` axes that swaps the last two (a matrix transpose)."""
     return (*range(nd - 2), nd - 1, nd - 2)
 
 
 def _is_transpose(x: Node) -> bool:
+    """True when `x` is a transpose of its source's last two axes."""
     return x.op == "permute" and x.arg == _swap(len(x.shape))
 
 
 def _transpose(x: Node) -> Node:
+    """`x` with its last two axes swapped, undoing a transpose rather than stacking a second one."""
     return x.srcs[0] if _is_transpose(x) else permute(x, _swap(len(x.shape)))
 
 

@@ -82,3 +82,30 @@ def test_split_weight_gradients_match_torch(device: str, shape: tuple[int, int, 
     # each input-gradient entry sums c x k x k products (values up to ~60; the cpu runs the 3x3 one as Winograd,
     # whose transforms add float32 rounding of ~4e-4 there: 1e-5 of the largest value)
     assert_close(gx.numpy(), xt.grad.numpy(), "float32", f"conv2d {k}x{k} input gradient", tol_scale=10 * k)
+
+
+def _transposed_form(device: str, images: int, positions: int) -> tuple[plait.Tensor, np.ndarray]:
+    """A weight gradient written (columns @ dy^T)^T: 576 patch rows and a 64-channel output gradient over K =
+    images x positions, dy (images, 64, positions) read channel-major (no view of it is (64, K))."""
+    cols = rand((576, images * positions), seed=7)
+    g = rand((images, 64, positions), seed=8)
+    dy = plait.tensor(g, device=device).permute(1, 0, 2).reshape(64, images * positions)
+    wgrad = (plait.tensor(cols, device=device) @ dy.transpose(-1, -2)).transpose(-1, -2)
+    want = g.transpose(1, 0, 2).reshape(64, -1).astype(np.float64) @ cols.T.astype(np.float64)
+    return wgrad, want
+
+
+def test_transposed_weight_gradient_form_splits() -> None:
+    """The (columns @ dy^T)^T form is split as dy @ columns^T: the chunks read dy (realized once) and the columns
+    in place: 64 x 576 outputs over K = 8 x 256 as 2 chunks of 1024 (as the dy @ columns^T form would)."""
+    wgrad, _ = _transposed_form("cpu", 8, 256)
+    items = schedule([wgrad.node], 256, split_k=True)
+    (spec,) = [it.gemm for it in items if it.kind == "gemm" and it.gemm is not None]
+    assert (spec.batch, spec.m, spec.n, spec.k) == (2, 64, 576, 1024)
+    assert spec.a[3] == 1 and spec.b[2] == 1  # dy as A, the columns transposed as B, both read along K
+
+
+def test_transposed_weight_gradient_form_matches_numpy(device: str) -> None:
+    wgrad, want = _transposed_form(device, 4, 1024)
+    # entries sum 4096 products of values up to ~1 (sums up to ~100, some cancelling to ~0.03): float32 rounding
+    assert_close(wgrad.numpy(), want.astype(np.float32), "float32", "(columns @ dy^T)^T, split", tol_scale=100)
