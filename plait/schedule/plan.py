@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import weakref
 from collections import OrderedDict
@@ -460,6 +461,11 @@ _RECIPES: OrderedDict[Any, _Recipe] = OrderedDict()
 _MAX_RECIPES = 256
 
 
+def _held_in(graph: set[int], computed: set[int]) -> set[int]:
+    """`held` among the graph's own nodes, as a replay of the recipe sees them (the scheduler's nodes are its own)."""
+    return held(computed & graph)
+
+
 def differentiated(nodes: list[Node]) -> None:
     """Note the autograd nodes a backward pass has walked: as in PyTorch, their saved values are not needed again
     (a second backward through them recomputes what it reads rather than keeping a whole forward pass alive)."""
@@ -540,7 +546,7 @@ def realize(nodes: list[Node]) -> None:
             _RECIPES.move_to_end(key)
             recipe.replay(get_device(group[0].device), order, leaves, group)
             continue
-        plan = Plan(group, keep=held)
+        plan = Plan(group, keep=functools.partial(_held_in, set(pos)))
         plan.run()
         if _CAPTURES:
             _CAPTURES[-1].launches.extend(plan.bound)
