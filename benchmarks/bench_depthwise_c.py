@@ -1,14 +1,15 @@
 """CPU time of each depthwise convolution layer of mobilenet_v2 on the `cpu` device (DWCONV kernels with the
-inference epilogue: batch norm and ReLU6), the plane-by-plane kernel against the one that runs 16 planes across the
-vector lanes, one thread, `time.thread_time` per launch, best of --repeats.
+inference epilogue: batch norm and ReLU6), for stride-1 layers the plane-by-plane kernel against the one that runs
+16 planes across the vector lanes (strided layers only run across the lanes), one thread, `time.thread_time` per
+launch, best of --repeats.
 
 The two kernels of a layer are built in one process (gemm_c.dw_lanes replaced by a constant while the plan is
 built) and launched alternately, so both see the same load on a machine that other jobs share.
 
     OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_depthwise_c.py --batch 1
 
---plan does the same for whole plans of plait's mobilenet_v2 twin (bench_onnx.twin), one built with every depthwise
-layer plane by plane and one as gemm_c.dw_lanes picks, their kernels launched in turn (bench_onnx_kernels), and
+--plan does the same for whole plans of plait's mobilenet_v2 twin (bench_onnx.twin), one built with every stride-1
+depthwise layer plane by plane and one as gemm_c.dw_lanes picks, their kernels launched in turn (bench_onnx_kernels), and
 prints each plan's CPU time per kind of kernel.
 """
 
@@ -83,7 +84,8 @@ def built_with(lanes: Callable[[Any, int], bool], build: Callable[[], Any]) -> A
 
 
 def compare_plans(batch: int, repeats: int) -> None:
-    """Whole mobilenet_v2 twin plans, plane by plane against the default pick, kernels timed in turn."""
+    """Whole mobilenet_v2 twin plans, stride-1 depthwise layers plane by plane against the default pick, kernels
+    timed in turn."""
     x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
 
     def build() -> Any:
@@ -94,6 +96,27 @@ def compare_plans(batch: int, repeats: int) -> None:
     plans = {"planes": built_with(lambda win, n: False, build), "default": built_with(gemm_c.dw_lanes, build)}
     for label, per in interleaved_kernel_times(plans, repeats).items():
         report(f"mobilenet_v2 b{batch} ({label})", per, 0)
+
+
+def layer_row(batch: int, c: int, hw: int, stride: int, repeats: int) -> tuple[float | None, float, float]:
+    """(plane-by-plane ms or None for a strided layer, which only the lanes kernel runs; lanes ms; the default
+    pick's ms) of one layer, both kernels launched in turn and their outputs checked against each other."""
+    lanes, out = layer_launch(batch, c, hw, stride, True)
+    launches = [lanes]
+    if stride == 1:
+        plane, ref = layer_launch(batch, c, hw, stride, False)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+        launches.append(plane)
+    best = [float("inf")] * len(launches)
+    for _ in range(repeats):
+        for i, launch in enumerate(launches):
+            t0 = time.thread_time()
+            launch()
+            best[i] = min(best[i], time.thread_time() - t0)
+    if stride > 1:
+        return None, best[0] * 1e3, best[0] * 1e3
+    pick = best[0] if gemm_c.dw_lanes(SimpleNamespace(ow=hw), hw * hw) else best[1]
+    return best[1] * 1e3, best[0] * 1e3, pick * 1e3
 
 
 def main() -> None:
@@ -108,27 +131,13 @@ def main() -> None:
     print(f"batch {args.batch}, ms per layer (best of {args.repeats}); default: the kernel gemm_c.dw_lanes picks")
     print("| channels | input | stride | layers | planes | lanes | default |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    sums = [0.0, 0.0, 0.0]
+    total = 0.0
     for c, hw, stride, count in LAYERS:
-        (plane, ref), (lanes, out) = (layer_launch(args.batch, c, hw, stride, v) for v in (False, True))
-        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
-        best = [float("inf"), float("inf")]
-        for _ in range(args.repeats):
-            for i, launch in enumerate((plane, lanes)):
-                t0 = time.thread_time()
-                launch()
-                best[i] = min(best[i], time.thread_time() - t0)
-        pick = (
-            best[1]
-            if gemm_c.dw_lanes(SimpleNamespace(sh=stride, sw=stride), ((hw - 1) // stride + 1) ** 2)
-            else best[0]
-        )
-        for i, t in enumerate((*best, pick)):
-            sums[i] += t * count
-        print(
-            f"| {c} | {hw}x{hw} | {stride} | {count} | {best[0] * 1e3:.3f} | {best[1] * 1e3:.3f} | {pick * 1e3:.3f} |"
-        )
-    print(f"| all 17 | | | | {sums[0] * 1e3:.2f} | {sums[1] * 1e3:.2f} | {sums[2] * 1e3:.2f} |")
+        plane, lanes, pick = layer_row(args.batch, c, hw, stride, args.repeats)
+        total += pick * count
+        shown = "-" if plane is None else f"{plane:.3f}"
+        print(f"| {c} | {hw}x{hw} | {stride} | {count} | {shown} | {lanes:.3f} | {pick:.3f} |")
+    print(f"\nthe 17 layers as picked: {total:.2f} ms")
 
 
 if __name__ == "__main__":

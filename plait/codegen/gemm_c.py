@@ -871,19 +871,19 @@ DW_LANES_MAX = 4096  # stride-1 depthwise output planes up to this many pixels (
 
 
 def dw_lanes(win: Any, n: int) -> bool:
-    """Whether a depthwise convolution with n output pixels per plane runs 16 planes across the vector lanes
-    (plait_dw_lanes) rather than plane by plane: strided ones, rows narrower than a vector and planes up to 56x56,
-    where the plane-wise kernel's short rows or deinterleaving cost more than the lanes kernel's transposes
-    (benchmarks/bench_depthwise_c.py); wide stride-1 planes stay plane by plane."""
-    return win.sh > 1 or win.sw > 1 or win.ow < 16 or n <= DW_LANES_MAX
+    """Whether a stride-1 depthwise convolution with n output pixels per plane runs 16 planes across the vector
+    lanes (plait_dw_lanes) rather than plane by plane: rows narrower than a vector and planes up to 56x56, where the
+    plane-wise kernel's short rows cost more than the lanes kernel's transposes (benchmarks/bench_depthwise_c.py);
+    wide planes stay plane by plane. Strided layers always run across the lanes."""
+    return win.ow < 16 or n <= DW_LANES_MAX
 
 
 def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:
-    """The statements that run a depthwise convolution (`spec.m == 1`, one kh*kw filter per plane), plane by plane
-    or 16 planes across the vector lanes as `dw_lanes` picks."""
+    """The statements that run a depthwise convolution (`spec.m == 1`, one kh*kw filter per plane): strided ones 16
+    planes across the vector lanes, stride-1 ones that way or plane by plane as `dw_lanes` picks."""
     win = spec.conv
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
-    lanes = int(dw_lanes(win, spec.n))
+    lanes = int(win.sh > 1 or win.sw > 1 or dw_lanes(win, spec.n))  # plait_dw_plane handles stride 1 only
     return (
         f"  static const plait_win win = {{{geo}}};\n"
         f"  plait_dwconv({spec.batch}, {spec.inner}, {spec.n}, {a_args}, {b_args}, &win, {lanes}, C, {epi_fn}, {extra});\n"
