@@ -18,6 +18,11 @@ CASES = [  # x shape, weight shape, conv2d keyword arguments: every one stride 1
     ((1, 6, 8, 8), (32, 3, 3, 3), {"padding": 2, "dilation": 2, "groups": 2}),
     ((2, 8, 6, 6), (8, 1, 3, 3), {"padding": 1, "groups": 8}),  # depthwise: the per-image form
     ((2, 4, 8, 8), (4, 4, 5, 3), {"padding": (2, 1)}),
+    ((2, 4, 8, 8), (8, 1, 3, 3), {"padding": 1, "groups": 4}),  # two output channels per input channel
+]
+DEPTHWISE = [  # the weight gradient from the input's windows: strides, dilation, no padding
+    ((2, 8, 7, 7), (8, 1, 3, 3), {"stride": 2, "padding": 1, "groups": 8}),
+    ((2, 6, 9, 9), (6, 1, 3, 3), {"stride": 2, "dilation": 2, "groups": 6}),
 ]
 
 
@@ -42,6 +47,24 @@ def _check(device: str, xs: tuple, ws: tuple, kw: dict, x_grad: bool, w_grad: bo
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[1]}-{sorted(c[2].items())}" for c in CASES])
 def test_stride1_gradients_match_torch(device: str, case: tuple) -> None:
     _check(device, *case, x_grad=True, w_grad=True)
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=[f"{c[1]}-{sorted(c[2].items())}" for c in DEPTHWISE])
+def test_depthwise_gradients_match_torch(device: str, case: tuple) -> None:
+    _check(device, *case, x_grad=True, w_grad=True)
+
+
+def test_depthwise_training_step_has_no_patch_columns() -> None:
+    """A depthwise convolution's weight gradient reads the input's windows, so in a plan of the forward and both
+    gradients nothing is an im2col: the forward and the (transposed) input gradient gather from the images."""
+    x = plait.tensor(rand((2, 8, 10, 10), seed=1), device="cpu", requires_grad=True)
+    w = plait.tensor(rand((8, 1, 3, 3), seed=2), device="cpu", requires_grad=True)
+    loss = (F.conv2d(x, w, padding=1, groups=8) * plait.tensor(rand((2, 8, 10, 10), seed=3))).sum()
+    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device="cpu").node
+    grads = autodiff.gradients(loss.node, seed, [x.node, w.node])
+    items = Plan([loss.node, grads[x.node.uid], grads[w.node.uid]]).items
+    assert not [it for it in items if it.out.op in ("im2col", "col2im")]
+    assert sum(it.gemm is not None and it.gemm.conv is not None for it in items) == 2
 
 
 @pytest.mark.parametrize(("x_grad", "w_grad"), [(False, True), (True, False)], ids=["weight-only", "input-only"])
