@@ -132,6 +132,8 @@ class KernelReport:
     reps: int
     replay_s: float
     kernels: list[KernelStat] = field(default_factory=list)
+    memory_bytes: int = 0  # the plans' own buffers (Plan.peak_bytes), intermediates sharing storage
+    unshared_bytes: int = 0  # the same if every intermediate had a buffer of its own
 
     @property
     def total_s(self) -> float:
@@ -175,6 +177,8 @@ class KernelReport:
             "peak_gbps": self.peak_gbps,
             "reps": self.reps,
             "replay_s": self.replay_s,
+            "memory_bytes": self.memory_bytes,
+            "unshared_bytes": self.unshared_bytes,
             "totals": totals,
             "by_kind": kinds,
             "kernels": rows,
@@ -204,6 +208,11 @@ def format_report(report: dict[str, Any], limit: int | None = None) -> str:
         f"kernels, {report['replay_s'] * 1e3:.3f} ms per replay (median of {report['reps']}); "
         f"peaks {report['peak_gflops']:.1f} GFLOP/s, {report['peak_gbps']:.1f} GB/s (measured)"
     )
+    if report.get("memory_bytes"):
+        head += (
+            f"; peak {report['memory_bytes'] / 2**20:.1f} MB in the plans' buffers"
+            f" ({report['unshared_bytes'] / 2**20:.1f} MB unshared)"
+        )
     header = ["#", "kernel", "kind", "ops", "shape", "ms", "%time", "GFLOP/s", "GB/s", "%peak FLOP", "%peak BW"]
     rows = report["kernels"][:limit] if limit is not None else report["kernels"]
     total = t["time_s"] or 1.0
@@ -284,7 +293,8 @@ def profile_plans(
             stats.append(KernelStat(i, kernel.name, knd, ops, shape, flops, nbytes, _median(ts), group))
     stats.sort(key=lambda k: -k.time_s)
     p = peaks(device)
-    return KernelReport(device.name, device.info.name, p["peak_gflops"], p["peak_gbps"], reps, replay, stats)
+    memory = sum(plan.peak_bytes for plan in plans), sum(plan.unshared_bytes for plan in plans)
+    return KernelReport(device.name, device.info.name, p["peak_gflops"], p["peak_gbps"], reps, replay, stats, *memory)
 
 
 def profile_plan(plan: Plan, reps: int = 10, warmup: int = 1) -> KernelReport:

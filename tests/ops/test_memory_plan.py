@@ -14,6 +14,7 @@ from plait.dtypes import float32
 from plait.graph.node import Node, toposort
 from plait.runtime import get_device
 from plait.schedule.plan import Plan, Tenant, plan_memory
+from plait.schedule.profile import profile_plan
 from tests.helpers import rand
 
 
@@ -85,6 +86,9 @@ def test_a_chain_peaks_below_the_sum_of_its_intermediates() -> None:
     # inputs and output own their buffers; the seven intermediates fit in two slots
     assert plan.unshared_bytes == 10 * block
     assert plan.peak_bytes == 5 * block
+    report = profile_plan(plan, reps=1)  # the kernel report shows the peak too
+    assert (report.memory_bytes, report.unshared_bytes) == (5 * block, 10 * block)
+    assert f"peak {5 * block / 2**20:.1f} MB in the plans' buffers" in str(report)
 
 
 def test_values_a_tensor_holds_are_kept_and_others_recomputed() -> None:
