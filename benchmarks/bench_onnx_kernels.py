@@ -28,16 +28,19 @@ from bench_onnx import MODELS, export, twin
 
 
 def interleaved_kernel_times(plans: dict[str, Any], repeats: int) -> dict[str, list[tuple[float, str]]]:
-    """Per plan (each has run once): (fastest thread CPU seconds of `repeats` launches, kernel name) per kernel. Each
-    repeat launches every plan's kernels in turn, the plans in alternating order."""
+    """Per plan (each has run once): (fastest thread CPU seconds of `repeats` launches, kernel name) per kernel. The
+    plans take turns kernel by kernel (the i-th kernel of each, in an order that alternates per repeat), so a burst of
+    load from other jobs falls on matching kernels of every plan alike."""
     best = {label: [float("inf")] * len(p.kernels) for label, p in plans.items()}
     labels = list(plans)
     for r in range(repeats):
-        for label in labels if r % 2 == 0 else labels[::-1]:
-            for i, launch in enumerate(plans[label].launches):
-                t0 = time.thread_time()
-                launch()
-                best[label][i] = min(best[label][i], time.thread_time() - t0)
+        for i in range(max(len(p.launches) for p in plans.values())):
+            for label in labels if (r + i) % 2 == 0 else labels[::-1]:
+                launches = plans[label].launches
+                if i < len(launches):
+                    t0 = time.thread_time()
+                    launches[i]()
+                    best[label][i] = min(best[label][i], time.thread_time() - t0)
     return {label: [(t, k.name) for t, k in zip(best[label], p.kernels, strict=True)] for label, p in plans.items()}
 
 

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 
 import plait
 import plait.nn as pnn
+import plait.nn.functional as F
 from plait.models import architectures
 from plait.onnx import InferenceSession
 from plait.schedule.plan import Plan
@@ -98,3 +99,33 @@ def test_small_window_pool_is_one_elementwise_kernel(op: str, attrs: dict[str, A
     want = ort_run(model, {"x": x})[0]
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
     assert _kinds(sess.plan_for({"x": x})) == collections.Counter({"E": 1})
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_gemm_with_trans_b_builds_the_kernel_of_a_linear_layer(rows: int) -> None:
+    """Gemm(transB=1) reads its (out, in) weight through a transposed view, as plait.nn.functional.linear does,
+    rather than a copy transposed on the host (the product kernels stream a K-contiguous weight faster)."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((24, 40)).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    x = rng.standard_normal((rows, 40)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 24])],
+        [
+            helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel()),
+            helper.make_tensor("b", TensorProto.FLOAT, [24], b),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
+    sess = InferenceSession(model, device="cpu")
+    want = ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+    wt, bt = plait.tensor(w, device="cpu"), plait.tensor(b, device="cpu")
+    f = plait.jit(lambda t: F.linear(t, wt, bt), device="cpu")
+    np.testing.assert_allclose(f(x), want, rtol=1e-5, atol=1e-5)
+    onnx_plan, linear_plan = sess.plan_for({"x": x}), f.plan_for([x])[0]
+    assert onnx_plan is not None
+    assert [k.source for k in onnx_plan.kernels] == [k.source for k in linear_plan.kernels]
