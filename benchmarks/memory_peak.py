@@ -65,10 +65,9 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one, args.batch, args.device)))
         return
-    print(
-        "| model | batch | reuse | eager peak MB | traced peak MB | 4th call peak MB | held after MB | 4th loss | replay |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    cols = ["model", "batch", "reuse", "eager peak MB", "traced peak MB", "4th call peak MB", "held after MB"]
+    print("| " + " | ".join([*cols, "4th loss", "replay"]) + " |")
+    print("|---" * (len(cols) + 2) + "|")
     for name in args.models.split(","):
         for reuse in args.reuse.split(","):
             env = {**os.environ, "PLAIT_REUSE_BUFFERS": reuse}
@@ -81,7 +80,8 @@ def main() -> None:
             traced = max(r["traced 1 peak MB"], r["traced 2 peak MB"])
             print(
                 f"| {name} | {args.batch} | {reuse} | {r['eager peak MB']:.0f} | {traced:.0f} | "
-                f"{r['replay peak MB']:.0f} | {r['held after MB']:.0f} | {r['replay loss']:.4f} | {bool(r['replayed'])} |",
+                f"{r['replay peak MB']:.0f} | {r['held after MB']:.0f} | {r['replay loss']:.4f} | "
+                f"{bool(r['replayed'])} |",
                 flush=True,
             )
 

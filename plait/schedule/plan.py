@@ -479,8 +479,8 @@ def held(computed: set[int]) -> set[int]:
     """The nodes among `computed` (uids) that a caller can still read: held by a live Tensor, or read by an
     unrealized node that a live Tensor reaches (a loss realized after the gradients that shared its forward pass),
     or saved for a backward pass still to come (the ancestors of a live Tensor's autograd node that no backward
-    has walked: a loss read before its backward). The others are temporaries whose storage a plan may reuse; such a node stays
-    unrealized, so reading it later computes it again rather than reading stale memory."""
+    has walked: a loss read before its backward). The others are temporaries whose storage a plan may reuse; such
+    a node stays unrealized, so reading it later computes it again rather than reading stale memory."""
     kept: set[int] = set()
     seen: set[tuple[int, bool]] = set()
     roots = [node for t in list(_HELD) if (node := getattr(t, "node", None)) is not None]
