@@ -129,3 +129,40 @@ def test_gemm_with_trans_b_builds_the_kernel_of_a_linear_layer(rows: int) -> Non
     onnx_plan, linear_plan = sess.plan_for({"x": x}), f.plan_for([x])[0]
     assert onnx_plan is not None
     assert [k.source for k in onnx_plan.kernels] == [k.source for k in linear_plan.kernels]
+
+
+@pytest.mark.parametrize(("opset", "bias"), [(10, True), (13, True), (13, False)])
+def test_clip_with_constant_bounds_fuses_and_keeps_nan(opset: int, bias: bool) -> None:
+    """Conv + Clip(0, 6) (mobilenet_v2's ReLU6 as exported, the convolution with the folded BN's bias) is one
+    kernel: with a bias the epilogue clips with selects, without one with maximum/minimum. NaN and infinities come
+    out as ONNX Runtime gives them. Opsets below 11 carry the bounds as attributes."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((6, 3, 1, 1)).astype(np.float32)
+    x = rng.standard_normal((1, 3, 5, 5)).astype(np.float32) * 8
+    x[0, :, 0, 0] = [np.nan, np.inf, -np.inf]
+    inits = [
+        helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel()),
+        helper.make_tensor("b", TensorProto.FLOAT, [6], rng.standard_normal(6).astype(np.float32)),
+    ]
+    if opset < 11:
+        clip = helper.make_node("Clip", ["h"], ["y"], min=0.0, max=6.0)
+    else:
+        clip = helper.make_node("Clip", ["h", "lo", "hi"], ["y"])
+        inits += [
+            helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
+            helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0]),
+        ]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["h"]), clip],
+        "conv_clip",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 5, 5])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9).SerializeToString()
+    sess = InferenceSession(model, device="cpu")
+    got = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert np.isnan(got[0, :, 0, 0]).all()  # NaN, inf - inf and so on: the first pixel mixes NaN into every channel
+    plan = sess.plan_for({"x": x})
+    assert plan is not None and len(plan.kernels) == 1

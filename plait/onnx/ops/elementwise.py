@@ -265,17 +265,29 @@ def _clip(ctx: Ctx, ins: list[Any]) -> Tensor:
     else:
         lo = ins[1] if len(ins) > 1 else None
         hi = ins[2] if len(ins) > 2 else None
+    # a select reads x twice, and the scheduler fuses an epilogue only where a reshaped product (a convolution
+    # without bias) is read once: there maximum/minimum keep the clip in the product's kernel
+    select = x.node.op != "reshape"
     out = x
     if lo is not None:
-        out = out.maximum(_scalar_or_tensor(ctx, lo, x))
+        b = _scalar_or_tensor(ctx, lo, x)
+        out = where(out < b, b, out) if select and _plain_bound(lo) else out.maximum(b)
     if hi is not None:
-        out = out.minimum(_scalar_or_tensor(ctx, hi, x))
+        b = _scalar_or_tensor(ctx, hi, x)
+        out = where(out > b, b, out) if select and _plain_bound(hi) else out.minimum(b)
     return out
 
 
+def _plain_bound(v: Any) -> bool:
+    """True for a bound known on the host that is not NaN. Such a bound clips with a select, which keeps a NaN input
+    NaN as maximum/minimum do and vectorises in a fused epilogue (mobilenet_v2's ReLU6 GEMMs: 1.25 instead of 1.61 ms
+    with maximum/minimum, whose NaN test does not)."""
+    return isinstance(v, (np.ndarray, float, int)) and not np.isnan(np.asarray(v, np.float64)).any()
+
+
 def _scalar_or_tensor(ctx: Ctx, v: Any, like: Tensor) -> Any:
-    if isinstance(v, np.ndarray):
-        return Tensor.full((), v.reshape(-1)[0].item(), like.dtype, like.device)
+    if isinstance(v, (np.ndarray, float, int)):  # an input known on the host, or an attribute of opsets < 11
+        return Tensor.full((), np.asarray(v).reshape(-1)[0].item(), like.dtype, like.device)
     return ctx.t(v).astype(like.dtype)
 
 
