@@ -153,7 +153,8 @@ def by_shape(name: str, batch: int, repeats: int) -> None:
     """The whole nets side by side per convolution output shape: ONNX Runtime's own per-node profile of the exported
     model (as its optimiser rewrites it, NCHWc convolutions with fused adds and ReLUs; the fewest microseconds of each
     node over `repeats` runs, wall time of one thread) against plait's twin plan, each kernel's fewest thread CPU
-    seconds over as many whole replays. Unlike the one-layer models, ORT pays no layout reorders around each convolution here."""
+    seconds over as many whole replays. Unlike the one-layer models, ORT pays no layout reorders around each convolution
+    here; but its node times are wall time, so only a quiet machine gives comparable columns."""
     x = np.random.default_rng(1).standard_normal((batch, 3, 224, 224)).astype(np.float32)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
