@@ -100,7 +100,7 @@ def torch_step(name: str, batch: int) -> tuple[Callable[[], Any], float]:
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        return float(loss)
+        return float(loss.detach())
 
     first = step()
     step()

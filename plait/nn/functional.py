@@ -285,7 +285,7 @@ def conv2d(
         out = (weight.reshape(1, g, co // g, k) @ cols).reshape(n, co, oh, ow)
     if recording:
         transposed = (sh, sw) == (1, 1) and (kh, kw) != (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1)
-        _conv_vjp(out, x, weight, cols, (sh, sw), (ph, pw), (dh, dw), g, folded, transposed)
+        _conv_vjp(out, x, weight, cols, (ph, pw), (dh, dw), g, folded, transposed)
     if bias is not None:
         out = out + bias.reshape(co, 1, 1)
     return out
@@ -317,7 +317,6 @@ def _conv_vjp(
     x: Tensor,
     weight: Tensor,
     cols: Tensor,
-    stride: tuple[int, int],
     pad: tuple[int, int],
     dil: tuple[int, int],
     g: int,
@@ -336,10 +335,6 @@ def _conv_vjp(
       images*positions, the large operand) to reuse each value only Co times; the other way round the GEMM reads
       the columns in place and packs dy. 1.1-1.5x faster on one thread for cifar_cnn's and resnet18's layers
       (docs/benchmarks.md, "cpu training step: convolution gradients").
-    - weight, one input channel per group (depthwise): per kernel tap, the channel sums of dy times the input's
-      strided window, read from the input itself. Then nothing but the forward reads the patch columns, which the
-      scheduler turns into an implicit (depthwise) convolution: no (N, C*kh*kw, OH*OW) buffer is written and read
-      twice (mobilenet_v2's first depthwise layer: 231 MB at batch 16).
     """
     co, cg, kh, kw = weight.shape
     n, c, _, _ = x.shape
@@ -366,37 +361,12 @@ def _conv_vjp(
         if w_node.rg:
             if folded:
                 wgrad = (cols_t @ dy.transpose(-1, -2)).transpose(-1, -2)
-            elif cg == 1:
-                wgrad = _window_products(Tensor(x_node), dy, (kh, kw), stride, pad, dil, out.shape[2:])
             else:
                 wgrad = (dy @ cols_t.transpose(-1, -2)).sum(axis=0)
             grads.append((w_node, wgrad.reshape(co, cg, kh, kw).node))
         return grads
 
     custom_vjp(out.node, rule)
-
-
-def _window_products(
-    x: Tensor,
-    dy: Tensor,
-    kernel: tuple[int, int],
-    stride: tuple[int, int],
-    pad: tuple[int, int],
-    dil: tuple[int, int],
-    out_hw: tuple[int, ...],
-) -> Tensor:
-    """The weight gradient (G, M, kh*kw) of a convolution with one input channel per group, from the input x
-    (N, G, H, W) and the output gradient dy (N, G, M, OH*OW): per kernel tap, the sum over images and positions
-    of dy times the input's strided window for that tap (one reduction each, reading x in place)."""
-    n, gr, m = dy.shape[0], dy.shape[1], dy.shape[2]
-    oh, ow = out_hw
-    xp = x.pad(((0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1]))) if pad != (0, 0) else x
-    dy5 = dy.reshape(n, gr, m, oh, ow)
-    taps = [
-        (dy5 * v.reshape(n, gr, 1, oh, ow)).sum(axis=(0, 3, 4)).reshape(gr, m, 1)
-        for v in _windows(xp, kernel, stride, dil, (oh, ow))
-    ]
-    return cat(taps, 2)
 
 
 # ---------------------------------------------------------------- pooling

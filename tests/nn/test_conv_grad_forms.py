@@ -20,7 +20,7 @@ CASES = [  # x shape, weight shape, conv2d keyword arguments: every one stride 1
     ((2, 4, 8, 8), (4, 4, 5, 3), {"padding": (2, 1)}),
     ((2, 4, 8, 8), (8, 1, 3, 3), {"padding": 1, "groups": 4}),  # two output channels per input channel
 ]
-DEPTHWISE = [  # the weight gradient from the input's windows: strides, dilation, no padding
+DEPTHWISE = [  # the per-image form with strides (col2im) and dilation
     ((2, 8, 7, 7), (8, 1, 3, 3), {"stride": 2, "padding": 1, "groups": 8}),
     ((2, 6, 9, 9), (6, 1, 3, 3), {"stride": 2, "dilation": 2, "groups": 6}),
 ]
@@ -54,17 +54,18 @@ def test_depthwise_gradients_match_torch(device: str, case: tuple) -> None:
     _check(device, *case, x_grad=True, w_grad=True)
 
 
-def test_depthwise_training_step_has_no_patch_columns() -> None:
-    """A depthwise convolution's weight gradient reads the input's windows, so in a plan of the forward and both
-    gradients nothing is an im2col: the forward and the (transposed) input gradient gather from the images."""
+def test_depthwise_input_gradient_is_a_depthwise_convolution() -> None:
+    """A stride-1 depthwise convolution's input gradient gathers from the output gradient (an implicit depthwise
+    convolution with the flipped weight) instead of a product per tap and a col2im; its weight gradient keeps
+    the forward's patch columns (one im2col)."""
     x = plait.tensor(rand((2, 8, 10, 10), seed=1), device="cpu", requires_grad=True)
     w = plait.tensor(rand((8, 1, 3, 3), seed=2), device="cpu", requires_grad=True)
     loss = (F.conv2d(x, w, padding=1, groups=8) * plait.tensor(rand((2, 8, 10, 10), seed=3))).sum()
     seed = plait.Tensor.from_numpy(np.ones((), np.float32), device="cpu").node
     grads = autodiff.gradients(loss.node, seed, [x.node, w.node])
     items = Plan([loss.node, grads[x.node.uid], grads[w.node.uid]]).items
-    assert not [it for it in items if it.out.op in ("im2col", "col2im")]
-    assert sum(it.gemm is not None and it.gemm.conv is not None for it in items) == 2
+    assert [it.out.op for it in items if it.out.op in ("im2col", "col2im")] == ["im2col"]
+    assert sum(it.gemm is not None and it.gemm.conv is not None for it in items) == 1
 
 
 @pytest.mark.parametrize(("x_grad", "w_grad"), [(False, True), (True, False)], ids=["weight-only", "input-only"])
