@@ -396,6 +396,9 @@ def schedule(
     gemm_ops: dict[int, tuple[Node, Node, GemmSpec]] = {}
     for n in order:
         k = kind(n)
+        if k == "leaf":  # a buffer already (its recorded sources stay in autograd graphs): costs nothing to read
+            cost[n.uid] = 0
+            continue
         if k in ("reduce", "matmul", "contract", "custom"):
             realize.add(n.uid)
         if k == "custom":
