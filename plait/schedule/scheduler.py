@@ -340,7 +340,8 @@ def _implicit_conv(
     per image (N, C*kh*kw, OH*OW) or have the batch folded in (C*kh*kw, N, OH*OW): then one product's columns run
     over every image's output positions, where the device's GEMM can find each column's image (`span_ok`)."""
     a, b, spec = plan
-    if b.op != "im2col" or users.get(b.uid) != 1:
+    # realized columns are a buffer to read (an autograd graph's nodes keep their sources once realized)
+    if b.realized or b.op != "im2col" or users.get(b.uid) != 1:
         return plan
     win: Window = b.arg
     depthwise = spec.m == 1 and spec.k == win.kh * win.kw and spec.a[3] == 1

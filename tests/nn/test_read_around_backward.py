@@ -1,6 +1,8 @@
-"""Reading the loss (or an activation) before `backward()` realizes the forward pass first; the backward plan then
-starts from those buffers. A max-pool's window maxima realized in the forward plan used to be scheduled again as an
-"elementwise" kernel of the backward plan (an internal error) when batch norm fed the pool."""
+"""Reading values before or after `backward()`: the plan that computes them then starts from buffers that another
+plan realized, whose autograd nodes keep their recorded sources. A max-pool's window maxima realized by the forward
+plan used to be scheduled again as an "elementwise" kernel of the backward plan (an internal error) when batch norm
+fed the pool; a convolution's output read after backward used to gather from the image past its realized patch
+columns (a KeyError)."""
 
 from __future__ import annotations
 
@@ -49,3 +51,21 @@ def test_gradients_after_reading_the_loss_match_torch(device: str) -> None:
     for name, param in p.named_parameters():
         assert param.grad is not None, name
         assert_close(param.grad.numpy(), grads[name].grad.numpy(), "float32", f"{name}.grad on {device}", tol_scale=10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("groups", [1, 2])
+def test_convolution_output_read_after_backward_matches_torch(device: str, groups: int) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 6, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 6 // groups, 3, 3)).astype(np.float32)
+    px = plait.Tensor.from_numpy(x, device=device, requires_grad=True)
+    pw = plait.Tensor.from_numpy(w, device=device, requires_grad=True)
+    y = nn.functional.conv2d(px, pw, None, 1, 2, 2, groups)
+    (y * 2.0).sum().backward()
+    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    want = torch.nn.functional.conv2d(tx, tw, None, 1, 2, 2, groups)
+    (want * 2.0).sum().backward()
+    assert_close(y.numpy(), want.detach().numpy(), "float32", f"output after backward on {device}", tol_scale=10)
+    assert_close(pw.grad.numpy(), tw.grad.numpy(), "float32", f"weight grad on {device}", tol_scale=10)
+    assert_close(px.grad.numpy(), tx.grad.numpy(), "float32", f"input grad on {device}", tol_scale=10)
