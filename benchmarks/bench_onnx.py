@@ -18,7 +18,6 @@ import datetime
 import io
 import os
 import platform
-import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -34,6 +33,7 @@ import torch
 
 import plait
 import plait.nn as pnn
+from plait.bench.timing import summarize
 from plait.frontends.native.jit import Jit
 from plait.models import architectures, torch_reference
 from plait.onnx import InferenceSession
@@ -99,21 +99,7 @@ def measure_rounds(fns: dict[str, Callable[[], Any]], iters: int, max_seconds: f
             time.sleep(SETTLE_S)
         if spent > max_seconds and r >= 2:
             break
-    return {n: _stats(v) for n, v in samples.items()}
-
-
-def _stats(times: list[float]) -> dict[str, Any]:
-    ordered = sorted(times)
-    q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 3
-    return {
-        "median_ms": statistics.median(ordered),
-        "p25_ms": q[0],
-        "p75_ms": q[2],
-        "min_ms": ordered[0],
-        "max_ms": ordered[-1],
-        "iters": len(ordered),
-        "samples_ms": [round(t, 4) for t in times],
-    }
+    return {n: summarize(v) for n, v in samples.items()}
 
 
 def _cell(m: dict[str, Any]) -> str:

@@ -31,6 +31,11 @@ def measure(
         times.append((time.perf_counter() - t0) * 1e3)
         if time.perf_counter() - start > max_seconds and len(times) >= 3:
             break
+    return {**summarize(times), "warmup": warmup}
+
+
+def summarize(times: list[float]) -> dict[str, Any]:
+    """Samples in ms (in the order taken) as median, quartiles, min, max, count and the samples themselves."""
     ordered = sorted(times)
     q = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else [ordered[0]] * 3
     return {
@@ -40,6 +45,5 @@ def measure(
         "min_ms": ordered[0],
         "max_ms": ordered[-1],
         "iters": len(times),
-        "warmup": warmup,
         "samples_ms": [round(t, 4) for t in times],
     }
