@@ -140,7 +140,7 @@ class TorchRunner(Runner):
             torch.cuda.synchronize()
 
     def release(self) -> None:
-        gc.collect()
+        super().release()
         if self.device.startswith("cuda"):
             import torch
 
@@ -244,7 +244,7 @@ class PlaitRunner(Runner):
     def release(self) -> None:
         from plait.runtime import get_device
 
-        gc.collect()
+        super().release()
         get_device(self.device).allocator.release_cached()
 
     def _model(self, case: Case) -> Any:

@@ -91,8 +91,9 @@ def _compile(device: Device, kernels: list[RenderedKernel], items: list[Item]) -
         ) from e
 
 
-def _alloc(device: Device, node: Node) -> Buffer:
-    buf = device.allocator.alloc(node.size * node.dtype.itemsize)
+def _alloc(device: Device, nbytes: int) -> Buffer:
+    """A buffer of `nbytes` whose memory returns to the allocator's pool when the Buffer object dies."""
+    buf = device.allocator.alloc(nbytes)
     _manage(buf)
     return buf
 
@@ -120,10 +121,7 @@ class MemoryPlan:
 
     def slots(self, device: Device) -> list[Buffer]:
         """One buffer per slot, returned to the allocator's pool when the last view of it dies."""
-        bufs = [device.allocator.alloc(n) for n in self.sizes]
-        for b in bufs:
-            _manage(b)
-        return bufs
+        return [_alloc(device, n) for n in self.sizes]
 
 
 def plan_memory(sizes: list[int], alias: list[int | None], reads: list[list[int]], pinned: set[int]) -> MemoryPlan:
@@ -177,9 +175,7 @@ def plan_memory(sizes: list[int], alias: list[int | None], reads: list[list[int]
 def _place(device: Device, nbytes: int, slot: int | None, slots: list[Buffer]) -> Buffer:
     """The buffer a step writes: a view of its shared slot, or a buffer of its own."""
     if slot is None:
-        buf = device.allocator.alloc(nbytes)
-        _manage(buf)
-        return buf
+        return _alloc(device, nbytes)
     base = slots[slot]
     return Tenant(device, nbytes, base.handle, managed=True, base=base)
 
@@ -205,7 +201,7 @@ class Plan:
         self.outputs = outputs
         self.buffers: dict[int, Buffer] = {}
         for node in self.inputs:
-            self.buffers[node.uid] = _alloc(self.device, node)
+            self.buffers[node.uid] = _alloc(self.device, node.size * node.dtype.itemsize)
         self.items = schedule(
             outputs,
             self.device.renderer.__dict__.get("split_parts", 256 if self.device.renderer.dialect == "opencl" else 16),
@@ -445,10 +441,9 @@ class _Recipe:
             else:
                 buf = _place(device, step.nbytes, slot, slots)
                 if step.program is not None and step.kernel is not None:
-                    try:
-                        step.program.bind([buf, *ins], step.kernel.global_size, step.kernel.local_size)()
-                    except device.launch_errors as e:
-                        raise device.launch_failure(e) from e
+                    run_launches(
+                        device, [step.program.bind([buf, *ins], step.kernel.global_size, step.kernel.local_size)]
+                    )
                     if _CAPTURES:
                         _CAPTURES[-1].launches.append(Launch(step.program, step.kernel, [buf, *ins]))
             bufs.append(buf)

@@ -153,6 +153,12 @@ def _is_transpose(x: Node) -> bool:
     return x.op == "permute" and x.arg == _swap(len(x.shape))
 
 
+def _swaps_last_two(x: Node) -> bool:
+    """True when `x` is a permute that swaps its source's last two axes (whatever it does with the others): a B
+    operand stored transposed, such as a linear layer's (N, K) weight read as W^T."""
+    return x.op == "permute" and x.arg[-2:] == _swap(len(x.shape))[-2:]
+
+
 def _transpose(x: Node) -> Node:
     """`x` with its last two axes swapped, undoing a transpose rather than stacking a second one."""
     return x.srcs[0] if _is_transpose(x) else permute(x, _swap(len(x.shape)))
@@ -186,7 +192,7 @@ def _split_k_one(node: Node, keep: set[int]) -> bool:
         # A is a gradient realized for this product (training): its chunks view that buffer (a reshape node of
         # its own, as reshape() would fold it into A's movement chain)
         pa = permute(Node("reshape", (a,), (m, parts, kc), (m, parts, kc), a.dtype, a.device), (1, 0, 2))
-    if b.op == "permute" and b.arg[-2:] == (len(b.shape) - 1, len(b.shape) - 2):
+    if _swaps_last_two(b):
         # a B stored transposed (a linear layer's weight read as W^T: alexnet's and vgg16's fc layers at batch
         # 64 ran 128 work-groups; a training convolution's patch columns) is chunked along K in that layout
         pb = permute(reshape(b.srcs[0], (n, parts, kc)), (1, 2, 0))
@@ -204,8 +210,7 @@ def _k_contiguous(a: Node, b: Node, vb: tuple[Node, int, tuple[int, ...]] | None
     realized (M, K) for the product) and B is read contiguous along K (patch columns or the input, transposed).
     Such products have few outputs and a K of images x positions, so they split into many chunks. A linear
     layer's products read views on both sides and keep the batch-1 rule."""
-    last = (len(b.shape) - 1, len(b.shape) - 2)
-    b_k = (vb is not None and vb[2][-2] == 1) or (b.op == "permute" and b.arg[-2:] == last)
+    b_k = (vb is not None and vb[2][-2] == 1) or _swaps_last_two(b)
     return b_k and strided_view(a, set()) is None
 
 
@@ -213,8 +218,7 @@ def _stream_parts(b: Node, m: int, k: int, tiles: int, splits: list[int]) -> int
     """The K split of a linear layer's product at a batch of at most 64 rows (B: its stored (N, K) weight read as
     W^T), which reads every weight once and is bound by how many loads are in flight: the first of `splits` with
     K chunks of at most STREAM_SPLIT_MAX_K that makes STREAM_SPLIT_TARGET 32x32 tiles; 0 for any other product."""
-    last = (len(b.shape) - 1, len(b.shape) - 2)
-    if m > 64 or not splits or b.op != "permute" or b.arg[-2:] != last or not b.srcs[0].realized:
+    if m > 64 or not splits or not _swaps_last_two(b) or not b.srcs[0].realized:
         return 0
     fits = [s for s in splits if k // s <= STREAM_SPLIT_MAX_K] or splits
     return next((s for s in fits if s * tiles >= STREAM_SPLIT_TARGET), fits[-1])
@@ -228,8 +232,7 @@ def _split_k_images(node: Node, keep: set[int], tiles: int) -> bool:
     image's positions that bring them to SPLIT_K_TARGET work-groups), summed over both batch axes."""
     a, b = node.srcs
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    last = (len(b.shape) - 1, len(b.shape) - 2)
-    if b.op != "permute" or b.arg[-2:] != last or b.srcs[0].op != "reshape" or strided_view(a, set()) is not None:
+    if not _swaps_last_two(b) or b.srcs[0].op != "reshape" or strided_view(a, set()) is not None:
         return False
     src = b.srcs[0].srcs[0]
     dims = [d for d in src.shape if d != 1]
