@@ -12,6 +12,7 @@ a reduction; lookups go through the gather/scatter-add ops in plait.graph.ops.in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
 from plait.frontends.native.tensor import Tensor, cat, where
 from plait.graph.autodiff import custom_vjp, grad_enabled, no_grad
 from plait.graph.node import Node
-from plait.graph.ops import indexing
+from plait.graph.ops import depthwise_cl, indexing
 from plait.graph.ops.conv import Window, im2col
 from plait.schedule.plan import capturing
 
@@ -285,7 +286,8 @@ def conv2d(
         out = (weight.reshape(1, g, co // g, k) @ cols).reshape(n, co, oh, ow)
     if recording:
         transposed = (sh, sw) == (1, 1) and (kh, kw) != (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1)
-        _conv_vjp(out, x, weight, cols, (ph, pw), (dh, dw), g, folded, transposed)
+        win = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw)
+        _conv_vjp(out, x, weight, cols, win, g, folded, transposed)
     if bias is not None:
         out = out + bias.reshape(co, 1, 1)
     return out
@@ -294,6 +296,28 @@ def conv2d(
 # a product with fewer rows per group (depthwise convolutions) keeps the per-image form: folded, its weight
 # gradient would be a few outputs with a K of every image's positions, which no GEMM template spreads over a device
 FOLD_MIN_ROWS = 16
+
+
+# output positions per image from which a cpu training convolution's forward runs per image (see below)
+PER_IMAGE_MIN_POSITIONS = 128
+
+
+def _forward_per_image(x: Tensor, win: Window, g: int) -> bool:
+    """Whether a training convolution's forward runs per image as at inference (implicit GEMM or Winograd F(4,3),
+    gathering from the image) rather than as the folded product over the patch columns. On the cpu, for 3x3
+    stride-1 convolutions with at least PER_IMAGE_MIN_POSITIONS output positions per image, one thread: cifar_cnn's
+    32x32 layer 6.4 against 9.0 ms, resnet18's 56x56 layer 47 against 75 ms, 14x14 44 against 54; at 7x7 and 8x8 the
+    folded product is as fast or faster (docs/benchmarks.md, "cpu training step: forward per image"). The input
+    gradient must not go through the columns (the `transposed` form of `_conv_vjp`), so the padding stays within
+    the kernel's reach."""
+    return (
+        x.node.device.startswith("cpu")
+        and g == 1
+        and (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) == (3, 3, 1, 1, 1, 1)
+        and win.ph <= 2
+        and win.pw <= 2
+        and win.oh * win.ow >= PER_IMAGE_MIN_POSITIONS
+    )
 
 
 def _conv2d_folded(x: Tensor, weight: Tensor, win: Window, g: int) -> tuple[Tensor, Tensor]:
@@ -308,6 +332,11 @@ def _conv2d_folded(x: Tensor, weight: Tensor, win: Window, g: int) -> tuple[Tens
         cols = x.reshape(n, g, k, p).permute(1, 2, 0, 3).reshape(g, k, n * p)
     else:
         cols = Tensor(im2col(x.node, win)).reshape(g, k, n * p)
+    if _forward_per_image(x, win, g):
+        # a second im2col node whose only reader is the product: the scheduler gathers its patches from the image
+        # (or runs Winograd); the folded columns above then feed only the weight gradient
+        image_cols = Tensor(im2col(x.node, dataclasses.replace(win, fold=False))).reshape(n, 1, k, p)
+        return (weight.reshape(1, 1, co, k) @ image_cols).reshape(n, co, win.oh, win.ow), cols
     out = weight.reshape(g, co // g, k) @ cols
     return out.reshape(co, n, win.oh, win.ow).permute(1, 0, 2, 3), cols
 
@@ -317,8 +346,7 @@ def _conv_vjp(
     x: Tensor,
     weight: Tensor,
     cols: Tensor,
-    pad: tuple[int, int],
-    dil: tuple[int, int],
+    win: Window,
     g: int,
     folded: bool,
     transposed: bool,
@@ -335,11 +363,15 @@ def _conv_vjp(
       images*positions, the large operand) to reuse each value only Co times; the other way round the GEMM reads
       the columns in place and packs dy. 1.1-1.5x faster on one thread for cifar_cnn's and resnet18's layers
       (docs/benchmarks.md, "cpu training step: convolution gradients").
+    - depthwise (one filter per channel) on OpenCL: the weight gradient one direct kernel reading dy and x (no
+      patch columns, so the forward gathers its patches from the image), and a strided input gradient a direct
+      gather (plait/graph/ops/depthwise_cl.py); on the cpu the column form measured faster.
     """
     co, cg, kh, kw = weight.shape
     n, c, _, _ = x.shape
-    (ph, pw), (dh, dw) = pad, dil
+    ph, pw, dh, dw = win.ph, win.pw, win.dh, win.dw
     p = out.shape[2] * out.shape[3]
+    direct = g == c == co and x.node.device.startswith("opencl") and depthwise_cl.supports(win)
     # the rule keeps nodes, not Tensors: a live Tensor marks its value as one the caller can read, which a plan
     # then may not reuse (plait/schedule/plan.py, `held`); the patch columns are only the weight gradient's
     x_node, cols_node, w_node = x.node, cols.node, weight.node
@@ -355,10 +387,14 @@ def _conv_vjp(
             dx = conv2d(gout, flipped.reshape(c, co // g, kh, kw), None, 1, (dh * (kh - 1) - ph, dw * (kw - 1) - pw),
                         (dh, dw), g)  # fmt: skip
             grads.append((x_node, dx.node))
+        elif x_node.rg and direct:
+            grads.append((x_node, depthwise_cl.depthwise_dgrad_cl(grad, w_node, win)))
         elif x_node.rg:
             wt = w.reshape(g, co // g, cg * kh * kw).transpose(-1, -2)
             grads.append((cols_node, (wt @ dy if folded else wt.reshape(1, *wt.shape) @ dy).node))
-        if w_node.rg:
+        if w_node.rg and direct:
+            grads.append((w_node, depthwise_cl.depthwise_wgrad_cl(grad, x_node, win)))
+        elif w_node.rg:
             if folded:
                 wgrad = (cols_t @ dy.transpose(-1, -2)).transpose(-1, -2)
             else:

@@ -41,7 +41,16 @@ def kind(node: Node) -> str:
 
 
 def _load_families() -> None:
-    from plait.graph.ops import conv, elementwise, matmul, movement, reduce, winograd, winograd_cl  # noqa: F401
+    from plait.graph.ops import (  # noqa: F401
+        conv,
+        depthwise_cl,
+        elementwise,
+        matmul,
+        movement,
+        reduce,
+        winograd,
+        winograd_cl,
+    )
 
 
 _load_families()
