@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from plait.codegen import gemm_c
+from plait.codegen import gemm_c, pointwise_c
 from plait.codegen.cstyle import RenderedKernel
 from plait.codegen.expr import ExprBuilder, Idx
 from plait.graph.node import Node
@@ -124,6 +124,8 @@ def render_c(
     narrow_c = n < gemm_c.VW and m > n
     transposed_b = sbk == 1 and sbn != 1 and m < n
     trans = not small and not vec and spec.conv is None and (narrow_c or transposed_b)
+    # few rows over long contiguous rows of B (1x1 convolutions with few output channels): B streamed, not packed
+    pointwise = not small and not vec and not trans and "MR" not in kn and pointwise_c.fits(spec)
     if "MR" in kn and "NR" in kn:
         mr, nv = kn["MR"], max(1, kn["NR"] // gemm_c.VW)
     else:
@@ -165,6 +167,10 @@ def render_c(
         call = gemm_c.depthwise_call(
             spec, f"A + {ao}, {sab}, {spec.a_inner}", f"B + {bo}, {sbb}, {spec.b_inner}", epi_fn, extra
         )
+    elif pointwise:
+        mr, nv = pointwise_c.pick_tile(m, k)
+        lib = pointwise_c.library(mr, nv)
+        call = pointwise_c.call(spec, mr, nv, a_args, f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}", epi_fn, extra)
     elif small or vec:
         lib = gemm_c.gemv_library()
         if vec:
