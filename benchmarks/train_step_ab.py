@@ -8,7 +8,8 @@ moment weighs on every variant alike. Medians over the rounds of the wall time a
 
 Parts (--old, comma-separated): conv (convolution gradients in the forms `nn.functional._conv_vjp` picks: the input
 gradient as a transposed convolution, the weight gradient with the columns read in place), bn (batch norm's fused
-backward in closed form, `nn.functional._batch_norm_vjp`).
+backward in closed form, `nn.functional._batch_norm_vjp`), fwd (cpu training convolutions' forward per image,
+`nn.functional._forward_per_image`: back to the folded product).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def old_parts(names: list[str]) -> Iterator[None]:
     if "bn" in names:
         saved["_batch_norm_vjp"] = F._batch_norm_vjp
         F._batch_norm_vjp = lambda *a, **k: None
+    if "fwd" in names:
+        saved["PER_IMAGE_MIN_POSITIONS"] = F.PER_IMAGE_MIN_POSITIONS
+        F.PER_IMAGE_MIN_POSITIONS = 1 << 30  # no convolution has that many positions: every forward stays folded
     try:
         yield
     finally:
