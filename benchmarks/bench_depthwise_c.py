@@ -1,16 +1,16 @@
 """CPU time of each depthwise convolution layer of mobilenet_v2 on the `cpu` device (DWCONV kernels with the
-inference epilogue: batch norm and ReLU6), for stride-1 layers the plane-by-plane kernel against the one that runs
-16 planes across the vector lanes (strided layers only run across the lanes), one thread, `time.thread_time` per
-launch, best of --repeats.
+inference epilogue: batch norm and ReLU6), for stride-1 layers the plane-by-plane kernels (row by row, and in
+64-output runs across the rows) against the one that runs 16 planes across the vector lanes (strided layers only run
+across the lanes), one thread, `time.thread_time` per launch, best of --repeats.
 
-The two kernels of a layer are built in one process (gemm_c.dw_lanes replaced by a constant while the plan is
-built) and launched alternately, so both see the same load on a machine that other jobs share.
+The kernels of a layer are built in one process (gemm_c.dw_kernel replaced by a constant while the plan is built)
+and launched in turn, so all see the same load on a machine that other jobs share.
 
     OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_depthwise_c.py --batch 1
 
 --plan does the same for whole plans of plait's mobilenet_v2 twin (bench_onnx.twin), one built with every stride-1
-depthwise layer plane by plane and one as gemm_c.dw_lanes picks, their kernels launched in turn (bench_onnx_kernels), and
-prints each plan's CPU time per kind of kernel.
+depthwise layer across the vector lanes and one as gemm_c.dw_kernel picks, their kernels launched in turn
+(bench_onnx_kernels), and prints each plan's CPU time per kind of kernel.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ LAYERS = [
 ]
 
 
-def layer_launch(batch: int, c: int, hw: int, stride: int, lanes: bool) -> tuple[Callable[[], None], np.ndarray]:
-    """The one DWCONV launch of a depthwise + BN + ReLU6 layer built with or without the lanes kernel, and its
-    output."""
+def layer_launch(batch: int, c: int, hw: int, stride: int, kind: str) -> tuple[Callable[[], None], np.ndarray]:
+    """The one DWCONV launch of a depthwise + BN + ReLU6 layer built with the kernel `kind` (lanes, flat or rows;
+    a strided layer always runs across the lanes), and its output."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, c, hw, hw)).astype(np.float32)
     w = plait.tensor(rng.standard_normal((c, 1, 3, 3)).astype(np.float32), device="cpu")
@@ -65,27 +65,27 @@ def layer_launch(batch: int, c: int, hw: int, stride: int, lanes: bool) -> tuple
         plan, _ = jit.plan_for([x])
         return plan, np.asarray(jit(x))
 
-    plan, out = built_with(lambda win, n: lanes, build)
+    plan, out = built_with(lambda win: "lanes" if stride > 1 else kind, build)
     (kernel,) = plan.kernels
     assert kernel.name.startswith("DWCONV"), kernel.name
     (launch,) = plan.launches
     return launch, out
 
 
-def built_with(lanes: Callable[[Any, int], bool], build: Callable[[], Any]) -> Any:
-    """What `build` returns with gemm_c.dw_lanes replaced by `lanes` while it runs (plans render their kernels when
+def built_with(pick: Callable[[Any], str], build: Callable[[], Any]) -> Any:
+    """What `build` returns with gemm_c.dw_kernel replaced by `pick` while it runs (plans render their kernels when
     they are built)."""
-    saved = gemm_c.dw_lanes
-    gemm_c.dw_lanes = lanes
+    saved = gemm_c.dw_kernel
+    gemm_c.dw_kernel = pick
     try:
         return build()
     finally:
-        gemm_c.dw_lanes = saved
+        gemm_c.dw_kernel = saved
 
 
 def compare_plans(batch: int, repeats: int) -> None:
-    """Whole mobilenet_v2 twin plans, stride-1 depthwise layers plane by plane against the default pick, kernels
-    timed in turn."""
+    """Whole mobilenet_v2 twin plans, every depthwise layer across the vector lanes against the default pick,
+    kernels timed in turn."""
     x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
 
     def build() -> Any:
@@ -93,20 +93,23 @@ def compare_plans(batch: int, repeats: int) -> None:
         f(x)
         return f.plan_for([x])[0]
 
-    plans = {"planes": built_with(lambda win, n: False, build), "default": built_with(gemm_c.dw_lanes, build)}
+    plans = {"lanes": built_with(lambda win: "lanes", build), "default": built_with(gemm_c.dw_kernel, build)}
     for label, per in interleaved_kernel_times(plans, repeats).items():
         report(f"mobilenet_v2 b{batch} ({label})", per, 0)
 
 
-def layer_row(batch: int, c: int, hw: int, stride: int, repeats: int) -> tuple[float | None, float, float]:
-    """(plane-by-plane ms or None for a strided layer, which only the lanes kernel runs; lanes ms; the default
-    pick's ms) of one layer, both kernels launched in turn and their outputs checked against each other."""
-    lanes, out = layer_launch(batch, c, hw, stride, True)
+def layer_row(
+    batch: int, c: int, hw: int, stride: int, repeats: int
+) -> tuple[float | None, float | None, float, float]:
+    """(row-by-row ms and flat ms, None for a strided layer, which only the lanes kernel runs; lanes ms; the default
+    pick's ms) of one layer, the kernels launched in turn and their outputs checked against each other."""
+    lanes, out = layer_launch(batch, c, hw, stride, "lanes")
     launches = [lanes]
     if stride == 1:
-        plane, ref = layer_launch(batch, c, hw, stride, False)
-        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
-        launches.append(plane)
+        for kind in ("rows", "flat"):
+            plane, ref = layer_launch(batch, c, hw, stride, kind)
+            np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+            launches.append(plane)
     best = [float("inf")] * len(launches)
     for _ in range(repeats):
         for i, launch in enumerate(launches):
@@ -114,9 +117,9 @@ def layer_row(batch: int, c: int, hw: int, stride: int, repeats: int) -> tuple[f
             launch()
             best[i] = min(best[i], time.thread_time() - t0)
     if stride > 1:
-        return None, best[0] * 1e3, best[0] * 1e3
-    pick = best[0] if gemm_c.dw_lanes(SimpleNamespace(ow=hw), hw * hw) else best[1]
-    return best[1] * 1e3, best[0] * 1e3, pick * 1e3
+        return None, None, best[0] * 1e3, best[0] * 1e3
+    pick = {"lanes": best[0], "rows": best[1], "flat": best[2]}[gemm_c.dw_kernel(SimpleNamespace(sh=1, sw=1, ow=hw))]
+    return best[1] * 1e3, best[2] * 1e3, best[0] * 1e3, pick * 1e3
 
 
 def main() -> None:
@@ -128,14 +131,14 @@ def main() -> None:
     if args.plan:
         compare_plans(args.batch, args.repeats)
         return
-    print(f"batch {args.batch}, ms per layer (best of {args.repeats}); default: the kernel gemm_c.dw_lanes picks")
-    print("| channels | input | stride | layers | planes | lanes | default |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(f"batch {args.batch}, ms per layer (best of {args.repeats}); default: the kernel gemm_c.dw_kernel picks")
+    print("| channels | input | stride | layers | rows | flat | lanes | default |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     total = 0.0
     for c, hw, stride, count in LAYERS:
-        plane, lanes, pick = layer_row(args.batch, c, hw, stride, args.repeats)
+        rows, flat, lanes, pick = layer_row(args.batch, c, hw, stride, args.repeats)
         total += pick * count
-        shown = "-" if plane is None else f"{plane:.3f}"
+        shown = " | ".join("-" if v is None else f"{v:.3f}" for v in (rows, flat))
         print(f"| {c} | {hw}x{hw} | {stride} | {count} | {shown} | {lanes:.3f} | {pick:.3f} |")
     print(f"\nthe 17 layers as picked: {total:.2f} ms")
 

@@ -707,6 +707,33 @@ static void plait_dw_plane(const float* x, const float* w, const plait_win* g, i
   }
 }
 
+/* One stride-1 plane with narrow rows: the input is copied into a zero-padded plane whose pitch is the padded row
+   width, and the outputs are computed at the padded positions q = oy * pitch + ox in runs of 64 that span rows (a
+   row of 7 or 14 outputs would leave most of a 64-output block idle), every tap one contiguous read at q + off[tap];
+   the positions past each row's last output are computed and dropped when the rows are copied out. Unlike 16 planes
+   across the vector lanes, no transposes (two 16x16 shuffles per 16 pixels there). */
+static void plait_dw_flat(const float* x, const float* w, const plait_win* g, int oh, float* c) {
+  int ow = g->ow, taps = g->kh * g->kw, reach = (g->kw - 1) * g->dw + ow, pitch = g->w + 2 * g->pw;
+  if (pitch < reach) pitch = reach;
+  long rows = (long)oh + (long)(g->kh - 1) * g->dh; /* padded rows any output reads */
+  long nq = ((long)(oh - 1) * pitch + ow + 63) / 64 * 64; /* positions computed, whole 64-output blocks */
+  long size = nq + (long)(g->kh - 1) * g->dh * pitch + (g->kw - 1) * g->dw; /* one past the furthest read */
+  if (size < rows * pitch) size = rows * pitch;
+  float* pad = plait_scratch((size_t)(size + nq));
+  float* out = pad + size;
+  int off[taps];
+  for (int ky = 0; ky < g->kh; ky++)
+    for (int kx = 0; kx < g->kw; kx++) off[ky * g->kw + kx] = ky * g->dh * pitch + kx * g->dw;
+  memset(pad, 0, sizeof(float) * (size_t)size);
+  int cw = g->w < pitch - g->pw ? g->w : pitch - g->pw; /* input columns any output reads */
+  for (long y = 0; y < rows; y++) {
+    long iy = y - g->ph;
+    if (iy >= 0 && iy < g->h) memcpy(pad + y * pitch + g->pw, x + iy * g->w, sizeof(float) * (size_t)cw);
+  }
+  for (long q = 0; q < nq; q += 64) plait_dw_row(4, pad + q, off, taps, w, 64, out + q);
+  for (int oy = 0; oy < oh; oy++) memcpy(c + (long)oy * ow, out + (long)oy * pitch, sizeof(float) * (size_t)ow);
+}
+
 /* Eight outputs of 16 planes side by side (one plane per vector lane), each output pixel at offset pix[v] of the
    channel-interleaved padded input, every tap one aligned vector load at off[t]; eight accumulators hide the FMA
    latency over the few taps. */
@@ -816,10 +843,11 @@ static void plait_dw_lanes(long bz0, int lanes, long inner, int n, const float* 
   }
 }
 
-/* `lanes`: the planes run 16 at a time across the vector lanes (plait_dw_lanes), else one by one. */
+/* `lanes` 1: the planes run 16 at a time across the vector lanes (plait_dw_lanes); else one by one, 2 in runs
+   across their rows (plait_dw_flat), 0 row by row (plait_dw_plane). */
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
                          long sxi, const plait_win* g, int lanes, float* C, plait_epi_fn epi, void* const* extra) {
-  if (lanes) {
+  if (lanes == 1) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (long b0 = 0; b0 < batch; b0 += 16) {
       int lanes = batch - b0 < 16 ? (int)(batch - b0) : 16;
@@ -834,7 +862,8 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
     const float* w = A + bz / inner * sab + bz % inner * sai;
     const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)n;
-    plait_dw_plane(x, w, g, n / g->ow, c);
+    if (lanes == 2) plait_dw_flat(x, w, g, n / g->ow, c);
+    else plait_dw_plane(x, w, g, n / g->ow, c);
     if (epi) epi(c, bz, 0, 0, 1, n, extra);
   }
 }
@@ -867,23 +896,27 @@ def _transpose16() -> str:
 DEPTHWISE = DEPTHWISE.replace("//@transpose16\n", _transpose16())
 
 
-DW_LANES_MAX = 4096  # stride-1 depthwise output planes up to this many pixels (56x56) run across the vector lanes
+DW_FLAT_BELOW = 28  # stride-1 depthwise layers with rows narrower than this run as plait_dw_flat, wider ones row by row
+DW_MODES = {"rows": 0, "lanes": 1, "flat": 2}  # plait_dwconv's `lanes` argument per kernel
 
 
-def dw_lanes(win: Any, n: int) -> bool:
-    """Whether a stride-1 depthwise convolution with n output pixels per plane runs 16 planes across the vector
-    lanes (plait_dw_lanes) rather than plane by plane: rows narrower than a vector and planes up to 56x56, where the
-    plane-wise kernel's short rows cost more than the lanes kernel's transposes (benchmarks/bench_depthwise_c.py);
-    wide planes stay plane by plane. Strided layers always run across the lanes."""
-    return win.ow < 16 or n <= DW_LANES_MAX
+def dw_kernel(win: Any) -> str:
+    """Which kernel runs a depthwise convolution on the cpu: "lanes" (16 planes across the vector lanes,
+    plait_dw_lanes) for strided layers, which the plane-wise kernels do not handle; for stride 1, "flat" (64-output
+    runs spanning rows, plait_dw_flat) for rows narrower than DW_FLAT_BELOW and "rows" (plait_dw_plane) otherwise.
+    Measured per mobilenet_v2 layer at batch 1 and 16 (benchmarks/bench_depthwise_c.py, docs/benchmarks.md): the
+    lanes kernel's two 16x16 transposes per 16 pixels cost more than the plane-wise kernels' idle lanes."""
+    if win.sh > 1 or win.sw > 1:
+        return "lanes"
+    return "flat" if win.ow < DW_FLAT_BELOW else "rows"
 
 
 def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:
-    """The statements that run a depthwise convolution (`spec.m == 1`, one kh*kw filter per plane): strided ones 16
-    planes across the vector lanes, stride-1 ones that way or plane by plane as `dw_lanes` picks."""
+    """The statements that run a depthwise convolution (`spec.m == 1`, one kh*kw filter per plane) with the kernel
+    `dw_kernel` picks."""
     win = spec.conv
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
-    lanes = int(win.sh > 1 or win.sw > 1 or dw_lanes(win, spec.n))  # plait_dw_plane handles stride 1 only
+    lanes = DW_MODES[dw_kernel(win)]
     return (
         f"  static const plait_win win = {{{geo}}};\n"
         f"  plait_dwconv({spec.batch}, {spec.inner}, {spec.n}, {a_args}, {b_args}, &win, {lanes}, C, {epi_fn}, {extra});\n"

@@ -1,13 +1,17 @@
-"""The `cpu` device's depthwise convolution kernel (DWCONV): wide stride-1 planes row by row from a zero-padded copy
-(rows longer than one 64-output block, a partial vector), and the kernel that runs 16 planes across the vector lanes
-(small, narrow or strided planes, in strips of rows: strides 2 and 3, dilation, non-square kernels, partial groups,
-groups spanning images), with a fused BN-style epilogue and ReLU6, against PyTorch."""
+"""The `cpu` device's depthwise convolution kernel (DWCONV): stride-1 planes row by row from a zero-padded copy
+(rows longer than one 64-output block, a partial vector), narrow stride-1 planes in 64-output runs spanning their
+rows (dilation, non-square kernels, no side padding), and the kernel that runs 16 planes across the vector lanes
+(strided planes, in strips of rows: strides 2 and 3, dilation, non-square kernels, partial groups, groups spanning
+images), with a fused BN-style epilogue and ReLU6, against PyTorch."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import plait
 import plait.nn.functional as F
+from plait.codegen import gemm_c
 from tests.helpers import assert_close, rand
 
 GEOMETRIES = [  # n, c, h, w, kh, kw, stride, padding, dilation
@@ -18,11 +22,13 @@ GEOMETRIES = [  # n, c, h, w, kh, kw, stride, padding, dilation
     (1, 2, 41, 83, 3, 3, 2, 0, 1),  # stride 2 without padding, odd width
     (1, 2, 29, 66, 5, 5, 2, 2, 2),  # stride 2, dilation 2
     (2, 3, 21, 50, 3, 5, (1, 3), (1, 2), 1),  # stride 3 along rows, non-square kernel
-    (1, 3, 400, 12, 3, 3, 1, 1, 1),  # a tall plane narrower than a vector: across the lanes in many strips
-    (1, 5, 7, 7, 3, 3, 1, 1, 1),  # a 7x7 plane
+    (1, 3, 400, 12, 3, 3, 1, 1, 1),  # a tall plane narrower than a vector: 64-output runs over many rows
+    (1, 5, 7, 7, 3, 3, 1, 1, 1),  # a 7x7 plane: one run of 64 outputs (63 padded positions)
+    (1, 6, 9, 11, 5, 3, 1, (2, 0), (1, 2)),  # narrow rows: dilation along rows, no side padding, non-square kernel
+    (2, 7, 13, 20, 3, 3, 1, 1, 1),  # rows of 20 in runs spanning rows, two images
     (1, 4, 14, 14, 3, 3, 2, 1, 1),  # 14 -> 7, stride 2
-    (2, 10, 14, 14, 3, 3, 1, 1, 1),  # small planes 16 to a vector: 20 planes, one group spans both images
-    (1, 18, 30, 30, 3, 3, 1, 1, 1),  # across the lanes in three strips of output rows
+    (2, 10, 14, 14, 3, 3, 1, 1, 1),  # 14x14 planes in runs spanning rows, two images
+    (1, 18, 30, 30, 3, 3, 1, 1, 1),  # rows of 30: row by row
     (1, 21, 9, 11, 5, 3, (2, 1), (2, 0), (1, 2)),  # small planes: a partial group, strides, dilation, no side padding
     (1, 17, 3, 3, 3, 3, 2, 1, 1),  # 2x2 outputs: fewer than one block of eight
 ]
@@ -46,3 +52,14 @@ def test_depthwise_matches_torch(geo):
     ref = torch.nn.functional.conv2d(tx, torch.tensor(wt), None, stride, padding, dilation, c)
     ref = (ref * torch.tensor(scale).reshape(c, 1, 1) + torch.tensor(shift).reshape(c, 1, 1)).clamp(0.0, 6.0)
     assert_close(jit(x), ref.numpy(), "float32", f"depthwise {geo}", tol_scale=10)
+
+
+@pytest.mark.parametrize(
+    ("stride", "ow", "kernel"),
+    [(2, 7, "lanes"), ((1, 2), 56, "lanes"), (1, 7, "flat"), (1, 14, "flat"), (1, 28, "rows")],
+)
+def test_depthwise_kernel_pick(stride, ow, kernel):
+    """Strided layers run across the vector lanes; stride-1 ones with rows narrower than 28 in runs spanning rows,
+    wider ones row by row."""
+    sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
+    assert gemm_c.dw_kernel(SimpleNamespace(sh=sh, sw=sw, ow=ow)) == kernel
