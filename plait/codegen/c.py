@@ -1,11 +1,42 @@
-"""The C dialect: one function per kernel, parallelised with OpenMP, vectorised by the compiler."""
+"""The C dialect: one function per kernel, parallelised with OpenMP, vectorised by the compiler.
+
+A kernel's loops share work through orphaned worksharing constructs (`#pragma omp for ... nowait`, no `parallel`
+of their own), so the same body runs either on its own or as one step of a team that is already running: a replayed
+plan runs all its kernels inside one parallel region (plait/runtime/cpu.py), so the threads wake once per replay
+instead of once per kernel. `entry_points` writes the two ways in.
+"""
 
 from __future__ import annotations
+
+import re
 
 from plait.codegen.cstyle import CStyleRenderer
 from plait.dtypes import DType
 
 _MATH = ("exp", "log", "sqrt", "fabs", "tanh", "sin", "cos", "erf", "floor", "ceil", "pow", "fmod")
+TEAM_SUFFIX = "_team"  # the symbol of a kernel's entry as one step of a running team
+
+
+def entry_points(name: str, params: list[str], body: str, library: str = "") -> str:
+    """The C functions of kernel `name` with parameters `params` (declarations, pointers) and `body` (statements),
+    after `library` (the shared code it calls): `name_run` holds the body; `name(...)` runs it on its own, inside a
+    parallel region of its own when the source shares work (`#pragma omp for`), else serially; `name_team(args)` runs
+    it as one step of a team already running (plait_run_team), every thread passing the same argument array. No
+    entry ends with a barrier of its own: a lone call ends with its region, a team step is followed by the runner's
+    barrier, so a kernel's last worksharing loop is `nowait`. A source that opens its own parallel regions (custom
+    kernels written with `#pragma omp parallel for`) keeps the one plain function and runs as a launch of its own."""
+    source = library + body
+    if "#pragma omp parallel" in source:
+        return f"{library}void {name}({', '.join(params)}) {{\n{body}}}\n"
+    shared = "#pragma omp for" in source
+    names = [re.findall(r"\w+", p)[-1] for p in params]
+    args = ", ".join(f"a[{i}]" for i in range(len(params)))
+    alone, step = ("#pragma omp parallel\n", "") if shared else ("", "#pragma omp single nowait\n")
+    return (
+        f"{library}static __attribute__((noinline)) void {name}_run({', '.join(params)}) {{\n{body}}}\n"
+        f"void {name}({', '.join(params)}) {{\n{alone}  {name}_run({', '.join(names)});\n}}\n"
+        f"void {name}{TEAM_SUFFIX}(void* const* a) {{\n{step}  {name}_run({args});\n}}\n"
+    )
 
 
 class CRenderer(CStyleRenderer):
@@ -33,12 +64,15 @@ class CRenderer(CStyleRenderer):
     def declare(self, name: str, params: list[str]) -> str:
         return f"void {name}({', '.join(params)})"
 
+    def function(self, name: str, params: list[str], body: str) -> str:
+        return entry_points(name, params, body + "\n")
+
     def parallel_for(
         self, var: str, n: int, body: list[str], idx_t: str, work: int, simd_ok: bool = False
     ) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
         simd = " simd" if simd_ok else ""
         if work >= self.parallel_threshold and n > 1:
-            pragma = [f"#pragma omp parallel for{simd} schedule(static)"]
+            pragma = [f"#pragma omp for{simd} schedule(static) nowait"]
         else:
             pragma = ["#pragma omp simd"] if simd else []
         return (
@@ -50,7 +84,7 @@ class CRenderer(CStyleRenderer):
     def parallel_rows(
         self, rows: int, width: int, head: list[str], body: list[str], idx_t: str, work: int, simd_ok: bool
     ) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
-        outer = ["#pragma omp parallel for schedule(static)"] if work >= self.parallel_threshold and rows > 1 else []
+        outer = ["#pragma omp for schedule(static) nowait"] if work >= self.parallel_threshold and rows > 1 else []
         inner = ["#pragma omp simd"] if simd_ok else []
         lines = [
             *outer,

@@ -124,6 +124,10 @@ class CStyleRenderer:
     def declare(self, name: str, params: list[str]) -> str:
         raise NotImplementedError
 
+    def function(self, name: str, params: list[str], body: str) -> str:
+        """The source of kernel `name` around its `body` (dialects with more than one entry point add them)."""
+        return f"{self.declare(name, params)} {{\n{body}\n}}\n"
+
     def parallel_for(
         self, var: str, n: int, body: list[str], idx_t: str, work: int, simd_ok: bool = False
     ) -> tuple[list[str], tuple[int, ...], tuple[int, ...] | None]:
@@ -171,7 +175,7 @@ class CStyleRenderer:
         digest = hashlib.sha256(("\n".join(params) + body).encode()).hexdigest()[:10]
         name = f"{kind}_{'x'.join(map(str, out.shape)) or 's'}_{digest}"
         helpers = self.ipow_helper.format(q=self.helper_qualifier) if "plait_ipow(" in body else ""
-        src = f"{self.preamble}{helpers}{self.declare(name, params)} {{\n{body}\n}}\n"
+        src = f"{self.preamble}{helpers}{self.function(name, params, body)}"
         return RenderedKernel(name, src, gs, ls)
 
     def idx_type(self, *sizes: int) -> str:

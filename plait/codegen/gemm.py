@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plait.codegen import gemm_c, pointwise_c
+from plait.codegen.c import entry_points
 from plait.codegen.cstyle import RenderedKernel
 from plait.codegen.expr import ExprBuilder, Idx
 from plait.graph.node import Node
@@ -188,10 +189,8 @@ def render_c(
             call = gemm_c.call(fn, swapped, bt_args, at_args, True, epi_fn, extra)
         else:
             call = gemm_c.call(fn, spec, a_args, b_args, False, epi_fn, extra)
-    src = f"""{lib}/* KERNEL_NAME */
-{epilogue}void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
-{holder}{call}}}
-"""
+    args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
+    src = entry_points("KERNEL_NAME", args, holder + call, f"{lib}/* KERNEL_NAME */\n{epilogue}")
     kind = (
         "DWCONV"
         if spec.conv is not None and m == 1

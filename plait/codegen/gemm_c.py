@@ -388,7 +388,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   long cols = images ? batch * n : n, nb = images ? 1 : batch;
   long panels = (cols + {nr - 1}) / {nr};
   int blocks = (m + {mr - 1}) / {mr};
-  long want = 4L * omp_get_max_threads(), cpan = panels < 8 ? panels : 8;
+  long want = 4L * omp_get_num_threads(), cpan = panels < 8 ? panels : 8;
   /* more column tasks (down to 2 panels each) before rows split: split rows share one packing of all of B, which
      leaves L2 when B is large */
   while (cpan > 2 && nb * ((panels + cpan - 1) / cpan) < want) cpan--;
@@ -403,9 +403,12 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   int fr = !images && cols % {nr} && cols % {nr} <= {FRINGE_MAX} ? (int)(cols % {nr}) : 0;
   long jf = cols - fr, ldf = (kcm + 15) / 16 * 16;
   /* split rows share one packing of B (per image: every k block, all panels) instead of each packing it again */
-  float* shared = rtasks > 1 ? plait_shared_scratch((size_t)(nb * k * npad)) : 0;
-#pragma omp parallel
-  {{
+  float* shared = 0;
+  if (rtasks > 1) {{ /* one thread's buffer, its address given to the whole team */
+#pragma omp single copyprivate(shared)
+    shared = plait_shared_scratch((size_t)(nb * k * npad));
+  }}
+  {{ /* every thread of the team runs this block (its loops are orphaned worksharing: see plait/codegen/c.py) */
     if (shared) {{
 #pragma omp for schedule(dynamic, 1)
       for (long u = 0; u < nb * nkb; u++) {{
@@ -415,7 +418,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
         plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, 0, npad, n, {nr}, shared + bz * k * npad + pc * npad);
       }}
     }}
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
     for (long task = 0; task < tasks; task++) {{
       long bz = task / (ctasks * rtasks);
       int rt = (int)(task / ctasks % rtasks);
@@ -609,12 +612,12 @@ static inline __attribute__((always_inline)) void plait_gemv_axpy(int m, int k, 
 static void plait_sgemv(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
                         long sak, const float* B, long sbb, long sbi, long sbk, long sbn, float* C,
                         plait_epi_fn epi, void* const* extra) {
-  int threads = omp_get_max_threads(), dot = sbk == 1 && k > 1;
+  int threads = omp_get_num_threads(), dot = sbk == 1 && k > 1;
   long want = (dot ? 4L : 1L) * threads, per = batch >= want ? 1 : (want + batch - 1) / batch;
   long most = (n + (dot ? 15 : 255)) / (dot ? 16 : 256); /* column chunks per batch entry */
   if (per > most) per = most;
   if (per < 1) per = 1;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
   for (long t = 0; t < batch * per; t++) {
     long bz = t / per;
     int j0 = (int)(n * (t % per) / per), j1 = (int)(n * (t % per + 1) / per);
@@ -848,7 +851,7 @@ static void plait_dw_lanes(long bz0, int lanes, long inner, int n, const float* 
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
                          long sxi, const plait_win* g, int lanes, float* C, plait_epi_fn epi, void* const* extra) {
   if (lanes == 1) {
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
     for (long b0 = 0; b0 < batch; b0 += 16) {
       int lanes = batch - b0 < 16 ? (int)(batch - b0) : 16;
       plait_dw_lanes(b0, lanes, inner, n, A, sab, sai, X, sxb, sxi, g, C);
@@ -857,7 +860,7 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
     }
     return;
   }
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, 4) nowait
   for (long bz = 0; bz < batch; bz++) {
     const float* w = A + bz / inner * sab + bz % inner * sai;
     const float* x = X + bz / inner * sxb + bz % inner * sxi;

@@ -124,14 +124,17 @@ static void plait_pointwise_{t}(long batch, long inner, int m, int n, int k, con
                                 plait_epi_fn epi, void* const* extra) {{
   int blocks = (m + {mr - 1}) / {mr}, shared_a = (sab == 0 || batch == 1) && (sai == 0 || inner == 1);
   long wsize = (long)blocks * k * {mr}, cblocks = (n + {nr - 1}) / {nr};
-  long want = 4L * omp_get_max_threads(), per = batch >= want ? 1 : (want + batch - 1) / batch;
+  long want = 4L * omp_get_num_threads(), per = batch >= want ? 1 : (want + batch - 1) / batch;
   if (per > cblocks) per = cblocks;
   float* wshared = 0;
-  if (shared_a) {{
-    wshared = plait_shared_scratch((size_t)wsize);
-    plait_pw_pack_{t}(m, k, A, sam, sak, wshared);
+  if (shared_a) {{ /* one thread packs, the team gets the address (orphaned worksharing: see plait/codegen/c.py) */
+#pragma omp single copyprivate(wshared)
+    {{
+      wshared = plait_shared_scratch((size_t)wsize);
+      plait_pw_pack_{t}(m, k, A, sam, sak, wshared);
+    }}
   }}
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
   for (long task = 0; task < batch * per; task++) {{
     long bz = task / per;
     long q0 = cblocks * (task % per) / per, q1 = cblocks * (task % per + 1) / per;

@@ -20,6 +20,7 @@ from typing import Any
 
 from plait import settings
 from plait.codegen import gemm, gemm_c
+from plait.codegen.c import entry_points
 from plait.codegen.cstyle import RenderedKernel
 from plait.errors import PlaitError
 
@@ -357,17 +358,19 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
   long chunk = {V_BUDGET}L / (vblock * (long)sizeof(float));
   if (chunk < 1) chunk = 1;
   if (chunk > blocks) chunk = blocks;
-  float* V = plait_shared_scratch((size_t)(chunk * vblock));
+  float* V;
+#pragma omp single copyprivate(V)
+  V = plait_shared_scratch((size_t)(chunk * vblock));
+  /* every thread of the team runs the chunk loop (its loops are orphaned worksharing: see plait/codegen/c.py) */
   for (long b0 = 0; b0 < blocks; b0 += chunk) {{
     long nb = blocks - b0 < chunk ? blocks - b0 : chunk;
-#pragma omp parallel
     {{
 #pragma omp for schedule(static)
       for (long t = 0; t < nb * g->c; t++) {{
         long r0 = (b0 + t / g->c) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
         plait_wino_in_f{m}(X, g, r0, r1, (int)(t % g->c), V + t / g->c * vblock, {nr});
       }}
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
       for (long t = 0; t < nb * groups; t++) {{
         long r0 = (b0 + t / groups) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
         int k0 = (int)(t % groups) * {mr}, rows = g->k - k0 < {mr} ? g->k - k0 : {mr};
@@ -387,6 +390,9 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
           epi(Y + n * g->k * g->oh * g->ow, n, k0, y0 * g->ow, rows, (y1 - y0) * g->ow, extra);
           R = end;
         }}
+      }}
+      if (b0 + chunk < blocks) {{ /* the next chunk's input transform overwrites V */
+#pragma omp barrier
       }}
     }}
   }}
@@ -442,12 +448,11 @@ def _epilogue(p: WinogradPlan, r: Any, epi: Any) -> tuple[str, str, str, str, st
 def render(p: WinogradPlan, r: Any, epi: Any = None) -> RenderedKernel:
     """The convolution kernel C = conv(B, U) (U the transformed weight) followed by `epi`, a gemm.Epilogue."""
     epi_src, epi_fn, extra, holder, params = _epilogue(p, r, epi)
-    src = f"""{library(p)}/* KERNEL_NAME */
-{epi_src}void KERNEL_NAME(float* restrict C, const float* restrict A, const float* restrict B{params}) {{
-{holder}  static const plait_wino_geo geo = {{{_geo(p)}}};
+    body = f"""{holder}  static const plait_wino_geo geo = {{{_geo(p)}}};
   plait_wino_f{p.m}_{p.mr}x{p.nv}(&geo, {p.n}, B, A, C, {epi_fn}, {extra});
-}}
 """
+    args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
+    src = entry_points("KERNEL_NAME", args, body, f"{library(p)}/* KERNEL_NAME */\n{epi_src}")
     return _named(f"WINO{p.m}_{p.n}x{p.k}x{p.oh * p.ow}x{p.c * 9}", src)
 
 
@@ -463,8 +468,7 @@ def render_weight(p: WinogradPlan) -> RenderedKernel:
     ]
     body = "\n".join(lines + stores)
     zero = f"for (int xi = 0; xi < {al * al}; xi++) U[((long)xi * {p.kp} + k) * {p.ldu} + c] = 0.0f;"
-    src_text = f"""void KERNEL_NAME(float* restrict U, const float* restrict W) {{
-#pragma omp parallel for schedule(static)
+    loop = f"""#pragma omp for schedule(static) nowait
   for (int k = 0; k < {p.kp}; k++)
     for (int c = 0; c < {p.c}; c++) {{
       if (k >= {p.k}) {{
@@ -474,8 +478,8 @@ def render_weight(p: WinogradPlan) -> RenderedKernel:
       const float* w = W + {ao} + (long)k * {sam} + (long)c * {9 * sak};
 {body}
     }}
-}}
 """
+    src_text = entry_points("KERNEL_NAME", ["float* restrict U", "const float* restrict W"], loop)
     return _named(f"WINOW{p.m}_{p.k}x{p.c}", src_text)
 
 

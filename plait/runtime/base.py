@@ -167,6 +167,11 @@ class Device:
     def synchronize(self) -> None:
         raise NotImplementedError
 
+    def chain(self, launches: list[Any]) -> list[Any]:
+        """Zero-argument callables that run `launches` (each with .program, .kernel and .buffers, output first) in
+        order when called in turn: here one per launch; a device that runs several kernels in one call overrides it."""
+        return [la.program.bind(la.buffers, la.kernel.global_size, la.kernel.local_size) for la in launches]
+
     # exceptions a kernel launch may raise that mean the device failed (out of memory, say), not a plait bug
     launch_errors: tuple[type[BaseException], ...] = ()
 

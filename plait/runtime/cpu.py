@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from plait import settings
-from plait.codegen.c import CRenderer
+from plait.codegen.c import TEAM_SUFFIX, CRenderer
 from plait.errors import CompileError, DeviceError
 from plait.runtime import cache
 from plait.runtime.base import Allocator, Buffer, Device, DeviceInfo, Program, build_each, build_parallel, join_sources
@@ -40,6 +40,22 @@ FLAGS = [
     "-D__FAST_MATH__",
 ]
 LIBS = ["-lmvec", "-lm"]
+
+# Kernels as steps of one parallel region: every thread of the team runs each kernel's team entry in turn, with a
+# barrier between consecutive kernels, so the (passive, sleeping) threads are woken once per call instead of once
+# per kernel, and one ctypes call replaces one per kernel. The last kernel's writes are complete when the region ends.
+TEAM_RUNNER = """#include <omp.h>
+typedef void (*plait_team_fn)(void* const*);
+void plait_run_team(int n, const plait_team_fn* fns, void* const* const* args) {
+#pragma omp parallel
+  for (int i = 0; i < n; i++) {
+    if (i) {
+#pragma omp barrier
+    }
+    fns[i](args[i]);
+  }
+}
+"""
 
 
 def find_compiler() -> str:
@@ -82,11 +98,35 @@ class CPUAllocator(Allocator):
 
 
 class CPUProgram(Program):
-    def __init__(self, fn: Any):
+    """A kernel's entry on its own (`fn`), and the address of its entry as a step of a running team (`team`; None
+    for a kernel that opens its own parallel regions and so must run alone)."""
+
+    def __init__(self, fn: Any, team: int | None = None):
         self.fn = fn
+        self.team = team
 
     def bind(self, buffers: list[Buffer], global_size: tuple[int, ...], local_size: tuple[int, ...] | None) -> Any:
         return functools.partial(self.fn, *(ctypes.c_void_p(b.handle.ctypes.data) for b in buffers))
+
+
+def _program(lib: ctypes.CDLL, name: str) -> CPUProgram:
+    fn = getattr(lib, name)
+    fn.restype = None
+    team = getattr(lib, name + TEAM_SUFFIX, None)
+    return CPUProgram(fn, ctypes.cast(team, ctypes.c_void_p).value if team is not None else None)
+
+
+class TeamRun:
+    """Kernels run as the steps of one parallel region (plait_run_team), their argument arrays built once."""
+
+    def __init__(self, runner: Any, steps: list[tuple[int, list[Buffer]]]):
+        self.args = [(ctypes.c_void_p * len(bufs))(*(b.handle.ctypes.data for b in bufs)) for _, bufs in steps]
+        self.fns = (ctypes.c_void_p * len(steps))(*(team for team, _ in steps))
+        self.table = (ctypes.c_void_p * len(steps))(*(ctypes.addressof(a) for a in self.args))
+        self.call = functools.partial(runner, len(steps), self.fns, self.table)
+
+    def __call__(self) -> None:
+        self.call()
 
 
 class CPUDevice(Device):
@@ -102,15 +142,31 @@ class CPUDevice(Device):
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         self.info = DeviceInfo("cpu", _cpu_name(), cores, mem, driver=_cc_version(self.cc))
 
-    def compile(self, source: str, kernel_name: str) -> Program:
+    def compile(self, source: str, kernel_name: str) -> CPUProgram:
         key = self._key(source)
         prog = self._programs.get(key)
         if prog is None:
-            lib = self._load(key, source)
-            fn = getattr(lib, kernel_name)
-            fn.restype = None
-            prog = self._programs[key] = CPUProgram(fn)
+            prog = self._programs[key] = _program(self._load(key, source), kernel_name)
         return prog
+
+    def chain(self, launches: list[Any]) -> list[Any]:
+        """Runs of consecutive kernels with team entries become one call each (one parallel region); a kernel that
+        opens its own regions runs as a launch of its own between them."""
+        out: list[Any] = []
+        run: list[Any] = []
+        for la in [*launches, None]:
+            if la is not None and la.program.team is not None:
+                run.append(la)
+                continue
+            if len(run) > 1:
+                runner = self.compile(TEAM_RUNNER, "plait_run_team").fn
+                out.append(TeamRun(runner, [(r.program.team, r.buffers) for r in run]))
+            else:
+                out += super().chain(run)
+            run = []
+            if la is not None:
+                out += super().chain([la])
+        return out
 
     def _key(self, source: str) -> str:
         return cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), source)
@@ -136,9 +192,7 @@ class CPUDevice(Device):
             build_each(self, group)
             return
         for src, name in group:
-            fn = getattr(lib, name)
-            fn.restype = None
-            self._programs[self._key(src)] = CPUProgram(fn)
+            self._programs[self._key(src)] = _program(lib, name)
 
     def _load(self, key: str, source: str) -> ctypes.CDLL:
         binary = cache.get("cpu", key)

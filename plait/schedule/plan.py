@@ -245,6 +245,8 @@ class Plan:
             self.bound.append(Launch(prog, k, bufs))
         for item, prog, (k, _) in zip(built, programs, pending, strict=True):
             self.programs[item.out.uid] = (prog, k)
+        # what run() calls: the launches as the device chains them (on cpu, one parallel region for all the kernels)
+        self.replay = self.device.chain(self.bound)
 
     def _plan_memory(self, keep: Callable[[set[int]], set[int]] | None, reuse: bool) -> MemoryPlan:
         """Storage for the items' outputs (see plan_memory); without `reuse` every item gets a buffer of its own."""
@@ -275,7 +277,7 @@ class Plan:
         return self.buffers[node.uid]
 
     def run(self) -> None:
-        run_launches(self.device, self.launches)
+        run_launches(self.device, self.replay)
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         if len(arrays) != len(self.inputs):

@@ -27,7 +27,7 @@ def test_a_failed_launch_is_a_device_error_and_releases_cached_blocks(monkeypatc
         raise RuntimeError("clEnqueueNDRangeKernel failed: MEM_OBJECT_ALLOCATION_FAILURE")
 
     monkeypatch.setattr(type(device), "launch_errors", (RuntimeError,))
-    monkeypatch.setattr(plan, "launches", [refuse])
+    monkeypatch.setattr(plan, "replay", [refuse])
     with pytest.raises(DeviceError, match="out of memory: use a smaller batch"):
         plan.run()
     assert not device.allocator.pool

@@ -1,0 +1,178 @@
+"""A replayed `cpu` plan runs its kernels as the steps of one OpenMP parallel region (plait/runtime/cpu.py
+`plait_run_team`, the kernels' team entries from plait/codegen/c.py): the results must be those of the same kernels
+launched one by one and of PyTorch, on one thread and on two, for every kernel family (elementwise and reductions
+with and without worksharing, the GEMM with a shared packing of B over k blocks, the GEMV, implicit-GEMM and
+depthwise convolutions, Winograd over several chunks of tile blocks); a kernel that opens its own parallel region
+runs as a launch of its own between team runs; the team has the threads OpenMP is set to use."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from plait import settings
+from plait.codegen.cstyle import RenderedKernel
+from plait.runtime import get_device
+from plait.runtime.base import Buffer, Device
+from plait.runtime.cpu import TeamRun
+from plait.schedule.plan import Launch, Plan, read, run_launches
+
+_GOMP = ctypes.CDLL("libgomp.so.1")
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Regions opened from this (the test's) thread use `request.param` threads: standalone kernels and team runs."""
+    before = _GOMP.omp_get_max_threads()
+    _GOMP.omp_set_num_threads(request.param)
+    yield request.param
+    _GOMP.omp_set_num_threads(before)
+
+
+def _t(a: np.ndarray) -> torch.Tensor:
+    return torch.tensor(a, dtype=torch.float64)
+
+
+def _both(plan: Plan, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The plan's first output replayed as one team run, then kernel by kernel (the output poisoned before each)."""
+    out = plan.outputs[0]
+    buf = plan.buffers[out.uid]
+    poison = np.full(out.shape, np.nan, out.dtype.np)
+    plan.device.allocator.copy_in(buf, poison)
+    team = plan(*arrays)[0]
+    plan.device.allocator.copy_in(buf, poison)
+    run_launches(plan.device, plan.launches)
+    return team, read(plan.device, buf, out)
+
+
+def _team_runs(plan: Plan) -> int:
+    return sum(isinstance(r, TeamRun) for r in plan.replay)
+
+
+def test_small_cnn_matches_per_kernel_launches_and_torch(threads: int) -> None:
+    """Implicit-GEMM convolution with a bias+ReLU epilogue, a strided depthwise convolution with ReLU6, a 1x1
+    convolution, a max pool, a mean (a reduction) and a linear layer at batch 1 (the GEMV)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 6, 23, 21)).astype(np.float32)
+    w1, b1 = (rng.standard_normal((32, 6, 3, 3)) / 7).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+    wd = (rng.standard_normal((32, 1, 3, 3)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((48, 32, 1, 1)) / 6).astype(np.float32)
+    wl, bl = (rng.standard_normal((10, 48)) / 7).astype(np.float32), rng.standard_normal(10).astype(np.float32)
+    p = {k: plait.tensor(v, device="cpu") for k, v in dict(w1=w1, b1=b1, wd=wd, w2=w2, wl=wl, bl=bl).items()}
+
+    def net(t: plait.Tensor) -> plait.Tensor:
+        y = F.conv2d(t, p["w1"], p["b1"], padding=1).relu()
+        y = F.conv2d(y, p["wd"], None, 2, 1, 1, 32).clip(0.0, 6.0)
+        y = F.max_pool2d(F.conv2d(y, p["w2"]), 2)
+        return F.linear(y.mean(axis=(2, 3)), p["wl"], p["bl"])
+
+    with settings.override(PLAIT_WINOGRAD="off"):
+        f = plait.jit(net, device="cpu")
+        plan, _ = f.plan_for([x])
+    assert _team_runs(plan) >= 1 and len(plan.replay) < len(plan.launches)
+    team, alone = _both(plan, x)
+    np.testing.assert_array_equal(team, alone)
+    tw = {k: _t(v) for k, v in dict(w1=w1, b1=b1, wd=wd, w2=w2, wl=wl, bl=bl).items()}
+    y = torch.relu(torch.nn.functional.conv2d(_t(x), tw["w1"], tw["b1"], padding=1))
+    y = torch.clamp(torch.nn.functional.conv2d(y, tw["wd"], None, 2, 1, 1, 32), 0.0, 6.0)
+    y = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(y, tw["w2"]), 2)
+    ref = torch.nn.functional.linear(y.mean(dim=(2, 3)), tw["wl"], tw["bl"]).numpy()
+    np.testing.assert_allclose(team, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_with_shared_packing_and_elementwise_chain(threads: int) -> None:
+    """A tall product (rows split into tasks that share one packing of B, two k blocks) between elementwise kernels
+    with and without worksharing, and a row sum."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((256, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 48)).astype(np.float32)
+
+    def fn(x: plait.Tensor, y: plait.Tensor) -> plait.Tensor:
+        return ((x * 0.5).exp() @ y).tanh().sum(axis=1) + 1.0
+
+    f = plait.jit(fn, device="cpu")
+    plan, _ = f.plan_for([a, b])
+    assert len(plan.launches) >= 3 and _team_runs(plan) == 1 and len(plan.replay) == 1
+    team, alone = _both(plan, a, b)
+    np.testing.assert_array_equal(team, alone)
+    ref = (torch.tanh(torch.exp(_t(a) * 0.5) @ _t(b)).sum(dim=1) + 1.0).numpy()
+    np.testing.assert_allclose(team, ref, rtol=2e-5, atol=2e-4)
+
+
+def test_winograd_over_several_chunks_of_tile_blocks(threads: int) -> None:
+    """F(2,3) with more transformed input tiles than one chunk holds: the team waits before the next chunk's input
+    transform overwrites the shared tiles, then a residual add after it."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 128, 48, 48)).astype(np.float32)
+    w = (rng.standard_normal((8, 128, 3, 3)) / 34).astype(np.float32)
+    r = rng.standard_normal((2, 8, 48, 48)).astype(np.float32)
+    weight = plait.tensor(w, device="cpu")
+    with settings.override(PLAIT_WINOGRAD="2"):
+        f = plait.jit(lambda t, s: (F.conv2d(t, weight, None, padding=1) * 2.0).relu() - s.sigmoid(), device="cpu")
+        plan, _ = f.plan_for([x, r])
+    assert "WINO2" in [k.name.split("_")[0] for k in plan.kernels]
+    team, alone = _both(plan, x, r)
+    np.testing.assert_array_equal(team, alone)
+    ref = torch.relu(torch.nn.functional.conv2d(_t(x), _t(w), None, padding=1) * 2.0) - torch.sigmoid(_t(r))
+    np.testing.assert_allclose(team, ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+_PROBE = """#include <omp.h>
+void plait_probe_%s(int* out) {
+  out[0] = omp_get_num_threads();
+  out[1] = omp_get_level();
+}
+void plait_probe_%s_team(void* const* a) {
+  int* out = a[0];
+#pragma omp single nowait
+  { out[0] = omp_get_num_threads(); out[1] = omp_get_level(); }
+}
+"""
+
+_ALONE = """void plait_alone(int* out, const int* a, const int* b) {
+#pragma omp parallel for
+  for (int i = 0; i < 4; i++) out[i] = a[i] + b[i];
+}
+"""
+
+
+def _ints(device: Device, values: list[int]) -> Buffer:
+    buf = device.allocator.alloc(4 * len(values))
+    device.allocator.copy_in(buf, np.array(values, np.int32))
+    return buf
+
+
+def _read(device: Device, buf: Buffer, n: int) -> list[int]:
+    out = np.empty(n, np.int32)
+    device.allocator.copy_out(buf, out)
+    return out.tolist()
+
+
+def test_team_runs_split_around_a_kernel_that_opens_its_own_region(threads: int) -> None:
+    """Steps run inside one region of the configured thread count; a kernel without a team entry runs alone (its
+    own region, not nested in the team's) between two team runs."""
+    device = get_device("cpu")
+    first, second = (device.compile(_PROBE % (s, s), f"plait_probe_{s}") for s in ("a", "b"))
+    alone = device.compile(_ALONE, "plait_alone")
+    assert first.team is not None and alone.team is None
+    k = RenderedKernel("probe", "", (1,), None)
+    out = [_ints(device, [0, 0]) for _ in range(4)]
+    a, b, s = _ints(device, [1, 2, 3, 4]), _ints(device, [10, 20, 30, 40]), _ints(device, [0] * 4)
+    launches = [
+        Launch(first, k, [out[0]]),
+        Launch(second, k, [out[1]]),
+        Launch(alone, k, [s, a, b]),
+        Launch(first, k, [out[2]]),
+        Launch(second, k, [out[3]]),
+    ]
+    chained = device.chain(launches)
+    assert [isinstance(c, TeamRun) for c in chained] == [True, False, True]
+    run_launches(device, chained)
+    assert [_read(device, o, 2) for o in out] == [[threads, 1]] * 4
+    assert _read(device, s, 4) == [11, 22, 33, 44]
