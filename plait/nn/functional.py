@@ -465,7 +465,7 @@ def _pool(
     if x.requires_grad and grad_enabled() and (sh, sw) == (kh, kw) and (dh, dw) == (1, 1):
         if not (ph or pw) and (h, w) == (oh * kh, ow * kw):
             return _tiled_pool(x, op, kh, kw)
-    if op == "max" and not (x.requires_grad and grad_enabled()) and _pool_kernel(x):
+    if op == "max" and not (x.requires_grad and grad_enabled()) and pool.supports(x.node):
         geo = pool.PoolGeometry(x.shape[0], x.shape[1], h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
         return Tensor(pool.max_pool2d(x.node, geo))
     # pad enough on the far side for ceil_mode windows; those extra cells never count towards an average
@@ -485,12 +485,6 @@ def _pool(
     if count_include_pad and not (eh or ew):
         return total / float(kh * kw)
     return total / _pool_counts(h, w, (kh, kw), (sh, sw), (ph, pw), (oh, ow), count_include_pad, x)
-
-
-def _pool_kernel(x: Tensor) -> bool:
-    """Whether max pooling without a gradient runs as the cpu's pooling kernel (plait/codegen/pool_c.py): float32
-    on the cpu. Elsewhere it is the fused chain of strided views below, one kernel with no window tensor."""
-    return x.dtype == dtypes.float32 and x.node.device.startswith("cpu")
 
 
 def _tiled_pool(x: Tensor, op: str, kh: int, kw: int) -> Tensor:

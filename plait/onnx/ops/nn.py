@@ -18,6 +18,7 @@ import numpy as np
 import plait.nn.functional as F
 from plait import dtypes
 from plait.frontends.native.tensor import Tensor, stack, where
+from plait.graph.ops import pool
 from plait.onnx.importer import Ctx
 from plait.onnx.ops import register
 
@@ -183,6 +184,9 @@ def _pool(ctx: Ctx, ins: list[Any], op: str, with_indices: bool = False) -> Any:
         max(0, (o - 1) * st + d * (k - 1) + 1 - (s + pads[i] + pads[i + nsp]))
         for i, (o, s, k, st, d) in enumerate(zip(out, sp, kernel, strides, dil, strict=True))
     ]
+    if op == "max" and not with_indices and nsp == 2 and pool.supports(x.node):
+        geo = pool.PoolGeometry(*x.shape[:2], *sp, *kernel, *strides, *pads[:2], *dil, *out)
+        return Tensor(pool.max_pool2d(x.node, geo))
     fill = -math.inf if op == "max" else 0.0
     if not x.dtype.is_float and op == "max":
         fill = float(np.iinfo(x.dtype.np).min)
