@@ -22,6 +22,12 @@ from plait.graph.ops.winograd_cl import winograd_cl_input, winograd_cl_weight
 
 MAX_INLINE_COST = 160  # beyond this a shared subexpression is cheaper to store than to recompute
 SHARED_INLINE_COST = 12
+# On devices with cores to spare (split_parts >= SPLIT_WIDE_PARTS: OpenCL), an expression read by several kernels
+# that costs at most this and reads one buffer of its own size (`_planes_read`) is recomputed by each reader
+# rather than stored: the readers' traffic is the same either way, the store adds a write and a launch. Batch
+# norm's normalised input (cost 13) and ReLU6 output in a training step: mobilenet_v2 b64 1041 -> 999 kernels,
+# 36.5 -> 32.8 GB of compulsory traffic (benchmarks/train_step_items.py). The cpu keeps storing them.
+PLANE_RECOMPUTE_COST = 32
 
 
 @dataclass
@@ -399,6 +405,7 @@ def schedule(
             users[s.uid] = users.get(s.uid, 0) + 1
     cost: dict[int, int] = {}
     shared = _shared_by_reductions(order)
+    wide = split_parts >= SPLIT_WIDE_PARTS  # devices with cores to spare recompute cheap shared expressions
     gemm_ops: dict[int, tuple[Node, Node, GemmSpec]] = {}
     for n in order:
         k = kind(n)
@@ -412,9 +419,11 @@ def schedule(
         c = OPS[n.op].cost if k == "elementwise" else 0
         c += sum(cost.get(s.uid, 0) for s in n.srcs if s.uid not in realize)
         cost[n.uid] = c
+        recompute = wide and k == "elementwise" and c <= PLANE_RECOMPUTE_COST and _planes_read(n, realize) <= 1
         if k == "elementwise" and (c > MAX_INLINE_COST or (users.get(n.uid, 0) > 1 and c > SHARED_INLINE_COST)):
-            realize.add(n.uid)
-        elif k == "elementwise" and c >= REDUCED_SHARED_COST and n.uid in shared:
+            if not recompute:
+                realize.add(n.uid)
+        elif k == "elementwise" and c >= REDUCED_SHARED_COST and n.uid in shared and not recompute:
             realize.add(n.uid)
         if n.op == "expand" and cost.get(n.srcs[0].uid, 0) > 2 and n.srcs[0].uid not in realize:
             realize.add(n.srcs[0].uid)
@@ -505,6 +514,14 @@ def _winograd(items: list[Item], constants_once: bool) -> list[Item]:
 
 
 REDUCED_SHARED_COST = 3  # an expression this costly, read by several reductions, is stored once for them
+
+
+def _planes_read(n: Node, realize: set[int]) -> int:
+    """How many buffers at least as large as `n` its inlined expression reads (the rest are broadcast vectors such
+    as batch norm's per-channel statistics). An expression that reads one such buffer costs its readers the same
+    traffic as a stored copy of it would, without the copy's write: batch norm's normalised input (x - mean) * rs,
+    read by the affine output, the backward's channel sum and its input gradient, was stored once per layer."""
+    return sum(1 for b in _boundary(n.srcs, realize) if b.size >= n.size)
 
 
 def _shared_by_reductions(order: list[Node]) -> set[int]:
