@@ -22,7 +22,7 @@ import numpy as np
 
 from plait import dtypes
 from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
-from plait.frontends.native.tensor import Tensor, cat, where
+from plait.frontends.native.tensor import Tensor, cat, stack, where
 from plait.graph.autodiff import custom_vjp, grad_enabled, no_grad
 from plait.graph.node import Node
 from plait.graph.ops import depthwise_cl, indexing, pool
@@ -708,10 +708,18 @@ def _batch_norm_vjp(
     x_node, xhat_node, rs_node = x.node, xhat.node, rs.node
     w_node, b_node = (weight.node if weight is not None else None), (bias.node if bias is not None else None)
 
+    # OpenCL: both sums from one reduction over [g, g * xhat] stacked (one split reduction and one second stage
+    # instead of two of each, and the upstream gradient g is no longer stored for two readers but recomputed)
+    paired = x.node.device.startswith("opencl")
+
     def rule(grad: Node) -> list[tuple[Node, Node]]:
         g, xh, r = Tensor(grad), Tensor(xhat_node), Tensor(rs_node)
-        s = g.sum(axis=axes, keepdims=True)
-        t = (g * xh).sum(axis=axes, keepdims=True)
+        if paired:
+            st = stack([g, g * xh]).sum(axis=tuple(a + 1 for a in axes), keepdims=True)
+            s, t = st[0], st[1]
+        else:
+            s = g.sum(axis=axes, keepdims=True)
+            t = (g * xh).sum(axis=axes, keepdims=True)
         scale = r if w_node is None else r * Tensor(w_node).reshape(*bshape)
         grads = [(x_node, (scale * (g - s * (1.0 / count) - xh * (t * (1.0 / count)))).node)]
         if w_node is not None:

@@ -1,9 +1,11 @@
 """On OpenCL a training batch norm's normalised input (x - mean) * rs, read by the affine output, the backward's
-channel sum and its input gradient, is recomputed by each reader rather than stored (scheduler.PLANE_RECOMPUTE_COST):
-it reads one full-size buffer, so storing it only adds a write and a launch. The cpu keeps storing it. Gradients
-through the recomputed form against PyTorch."""
+channel sums and its input gradient, is recomputed by each reader rather than stored (scheduler.PLANE_RECOMPUTE_COST):
+it reads one full-size buffer, so storing it only adds a write and a launch; and the backward's two channel sums are
+one reduction. The cpu keeps storing it and sums twice. Gradients through the OpenCL form against PyTorch."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -50,3 +52,15 @@ def test_batch_norm_relu6_gradients_match_torch(device: str) -> None:
     for name, g, r in zip(("input", "weight", "bias"), got, ref, strict=True):
         assert r.grad is not None
         assert_close(g, r.grad.numpy(), "float32", f"batch norm + ReLU6 {name} gradient", tol_scale=10.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_channel_sums_paired_on_opencl(device: str) -> None:
+    """OpenCL sums g and g * xhat per channel in one reduction over the two stacked (nn.functional's
+    `_batch_norm_vjp`): with the forward's mean and variance, three per-channel sums where the cpu makes four."""
+    _, _, plan = _step(device)
+    sums = [it.out.shape for it in plan.items if it.kind == "reduce" and it.out.op == "rsum" and it.out.size in (4, 8)]
+    if device.startswith("opencl"):
+        assert len(sums) == 3 and sum(math.prod(s) == 8 for s in sums) == 1, sums
+    else:
+        assert len(sums) == 4, sums
