@@ -32,6 +32,9 @@ class GemmSpec:
     a_inner: int = 0  # A's stride along the inner batch dim
     b_inner: int = 0
     conv: Window | None = None  # B is the patch columns of this window over an NCHW image (implicit GEMM)
+    # B is the transposed folded patch columns of this window (a weight gradient: K runs over images x positions,
+    # the columns over C*kh*kw), gathered from the NCHW image; `b` keeps the strides of the columns it stands for
+    conv_t: Window | None = None
 
     @property
     def flops(self) -> int:
@@ -262,13 +265,39 @@ def conv_gather(spec: GemmSpec, k: str, col: str, cond: str, fold: bool = False)
 
 
 def _cl_operands(spec: GemmSpec) -> str:
-    """The batch `bz`'s A, B and C pointers inside an OpenCL GEMM kernel (two-level batch strides)."""
+    """The batch `bz`'s A, B and C pointers inside an OpenCL GEMM kernel (two-level batch strides). For a
+    `conv_t` spec B is the image itself, and the batch entry's place in the columns it stands for is (row0_, pos0_):
+    its first column's patch row and its first k's position (image x output position)."""
     (ao, sab, _, _), (bo, sbb, _, _), i = spec.a, spec.b, spec.inner
+    b_off = f"{bo} + bz / {i} * {sbb}L + bz % {i} * {spec.b_inner}L"
+    b = f"  __global const float* b = B + {b_off};\n"
+    if spec.conv_t is not None:
+        span = spec.conv_t.n * spec.conv_t.oh * spec.conv_t.ow
+        b = (
+            f"  __global const float* b = B;\n  const long eb_ = {b_off};\n"
+            f"  const int row0_ = (int)(eb_ / {span}), pos0_ = (int)(eb_ % {span});\n"
+        )
     return (
         f"  __global const float* a = A + {ao} + bz / {i} * {sab}L + bz % {i} * {spec.a_inner}L;\n"
-        f"  __global const float* b = B + {bo} + bz / {i} * {sbb}L + bz % {i} * {spec.b_inner}L;\n"
+        f"{b}"
         f"  __global float* c = C + bz * {spec.m * spec.n}L;\n"
     )
+
+
+def conv_t_gather(spec: GemmSpec, k: str, col: str, cond: str) -> tuple[str, str]:
+    """(declarations, value) reading element B[k, col] of a `conv_t` spec (the transposed folded patch columns)
+    from the image: k is an (image, output position) past pos0_, col a (channel, kernel tap) past row0_; 0 outside
+    the image or where `cond` fails."""
+    win = spec.conv_t
+    assert win is not None
+    taps, plane = win.kh * win.kw, win.oh * win.ow
+    decls = (
+        f"const int pk_ = pos0_ + {k}, row_ = row0_ + {col}, pp_ = pk_ % {plane}, t_ = row_ % {taps};"
+        f" const int iy_ = pp_ / {win.ow} * {win.sh} - {win.ph} + t_ / {win.kw} * {win.dh},"
+        f" ix_ = pp_ % {win.ow} * {win.sw} - {win.pw} + t_ % {win.kw} * {win.dw};"
+    )
+    at = f"pk_ / {plane} * {win.c * win.h * win.w} + row_ / {taps} * {win.h * win.w} + iy_ * {win.w} + ix_"
+    return decls, f"({cond} && (uint)iy_ < {win.h}u && (uint)ix_ < {win.w}u) ? b[{at}] : 0.0f"
 
 
 def _b_load(spec: GemmSpec, dest: str) -> str:
@@ -276,6 +305,9 @@ def _b_load(spec: GemmSpec, dest: str) -> str:
     cond = f"gn < {spec.n} && gk < {spec.k}"
     if spec.conv is not None:
         decls, value = conv_gather(spec, "gk", "gn", cond)
+        return f"{{ {decls} {dest} = {value}; }}"
+    if spec.conv_t is not None:
+        decls, value = conv_t_gather(spec, "gk", "gn", cond)
         return f"{{ {decls} {dest} = {value}; }}"
     _, _, sbk, sbn = spec.b
     return f"{dest} = ({cond}) ? b[(long)gk * {sbk} + (long)gn * {sbn}] : 0.0f;"

@@ -32,7 +32,17 @@ from typing import Any
 import numpy as np
 
 from plait.codegen.cstyle import RenderedKernel
-from plait.codegen.gemm import Epilogue, GemmSpec, _cl_operands, _epi, _finish, conv_column, conv_gather, conv_wide
+from plait.codegen.gemm import (
+    Epilogue,
+    GemmSpec,
+    _cl_operands,
+    _epi,
+    _finish,
+    conv_column,
+    conv_gather,
+    conv_t_gather,
+    conv_wide,
+)
 from plait.errors import DeviceError, UnsupportedError
 
 TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 1, "GT": 1}
@@ -370,12 +380,74 @@ def _table_gather(spec: GemmSpec, fold: bool) -> Callable[[str, str, str, str], 
     return gather
 
 
+def _rows_fit(spec: GemmSpec) -> bool:
+    """True when a `conv_t` spec's row table (`_rows_fill`) holds its window's shifts, as `_table_fits` says for
+    the k-table."""
+    win = spec.conv_t
+    assert win is not None
+    return max(win.h + win.ph, win.w + win.pw, (win.kh - 1) * win.dh + 1, (win.kw - 1) * win.dw + 1) < _FAR // 2
+
+
+def _rows_fill(spec: GemmSpec, bn: int, nt: int) -> str:
+    """Statements filling the row table of a `conv_t` spec (a weight gradient gathering the transposed patch
+    columns) once per work-group: for each of the tile's BN columns, its (channel, kernel tap) as the image
+    offset of the tap and its (row, column) shift packed in 16 bits each; columns past N shift far outside the
+    image, so the gather's bounds check zeroes them. The K tile's loads then add a table entry to their k's
+    window corner instead of dividing per element."""
+    win = spec.conv_t
+    assert win is not None
+    taps, far = win.kh * win.kw, _FAR << 16 | _FAR
+    return f"""  __local int2 rtab_[{bn}];
+  for (int q = tid; q < {bn}; q += {nt}) {{
+    const int row_ = row0_ + n0 + q, t_ = row_ % {taps}, dy_ = t_ / {win.kw} * {win.dh}, dx_ = t_ % {win.kw} * {win.dw};
+    rtab_[q] = n0 + q < {spec.n} ? (int2)(row_ / {taps} * {win.h * win.w} + dy_ * {win.w} + dx_, dy_ << 16 | dx_)
+                                 : (int2)(0, {far});
+  }}
+  barrier(CLK_LOCAL_MEM_FENCE);
+"""
+
+
+def _rows_gather(spec: GemmSpec) -> Callable[[str, str, str, str], tuple[str, str]]:
+    """A `conv_t` spec's B element through the row table: the k's window corner (its image and output position:
+    divisions by constants that a K tile's loads share, since a work-item keeps its k) plus the column's entry.
+    A k past K moves the corner twice _FAR above the image (a column past N adds at most _FAR back)."""
+    win = spec.conv_t
+    assert win is not None
+    plane = win.oh * win.ow
+
+    def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
+        decls = (
+            f"const int pk_ = pos0_ + {k0} + {k}, pp_ = pk_ % {plane};"
+            f" const int iy0_ = {k0} + {k} < K_ ? pp_ / {win.ow} * {win.sh} - {win.ph} : {-2 * _FAR},"
+            f" ix0_ = pp_ % {win.ow} * {win.sw} - {win.pw};"
+            f" const int2 e_ = rtab_[({row}) - n0]; const int iy_ = iy0_ + (e_.y >> 16), ix_ = ix0_ + (e_.y & 0xffff);"
+        )
+        at = f"pk_ / {plane} * {win.c * win.h * win.w} + iy0_ * {win.w} + ix0_ + e_.x"
+        return decls, f"({cond} && (uint)iy_ < {win.h}u && (uint)ix_ < {win.w}u) ? b[{at}] : 0.0f"
+
+    return gather
+
+
 def _b_operand(spec: GemmSpec, bn: int, bk: int, nt: int, fold: bool, table: bool = False) -> tuple[_Operand, str]:
     """B's tile loader and the linear index of output element (gm, gn) in C. With `fold` the batch runs along
     the columns: column gn of the one wide product is column gn % n of batch gn / n. With `table` an implicit
     convolution gathers through the per-tile k-table."""
     m, n = spec.m, spec.n
     _, sbb, sbk, sbn = spec.b
+    if spec.conv_t is not None:
+        if fold:
+            raise UnsupportedError(f"3xTF32 GEMM {spec}: FOLD=1 cannot run a weight gradient gathered from the image")
+        rows = _rows_fit(spec)
+        if rows:
+            gather_t = _rows_gather(spec)
+        else:
+
+            def gather_t(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
+                return conv_t_gather(spec, f"{k0} + {k}", row, cond)
+
+        # K-major like the column buffer it replaces ([row][BK + 4] tiles), one gathered float per load
+        b = _Operand("B", bn, n, bk, sbn, 1, False, nt, gather=gather_t, table=rows)
+        return b, f"bz * {m * n}L + (long)gm * {n} + gn"
     gather = None
     if spec.conv is not None:
         if table:
@@ -448,6 +520,7 @@ def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue |
         )
         tab_next = f"    if (kt + 2 < {kt}) {{\n{_table_fill(spec, bk, 'kt & 1', f'(kt + 2) * {bk}')}    }}\n"
         tab_cur = "    __local const int2* ktab = ktab_[{}];\n"
+    rows_first = _rows_fill(spec, bn, nt) if spec.conv_t is not None and b.table else ""
     src = f"""/* KERNEL_NAME */
 {_EMU_HELPERS if emu else _PTX_HELPERS}#define K_ {k}
 __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__global float* restrict C, __global const float* restrict A, __global const float* restrict B{params}) {{
@@ -458,7 +531,7 @@ __kernel __attribute__((reqd_work_group_size({nt}, 1, 1))) void KERNEL_NAME(__gl
 {_cl_operands(spec)}  __local float As_[2][{a.local_floats}], Bs_[2][{b.local_floats}];
 {tab_decl}  float acc[{mi}][{ni}][4];
   for (int i = 0; i < {mi}; i++) for (int j = 0; j < {ni}; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
-{a.regs()}{b.regs()}{tab_first}  {{
+{a.regs()}{b.regs()}{tab_first}{rows_first}  {{
     const int k0 = 0;
 {tab_cur.format("0")}{a.fetch("m0", "k0", full_m, full_k)}{b.fetch("n0", "k0", full_n, full_k)}{a.store("As_[0]")}{b.store("Bs_[0]")}  }}
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -497,4 +570,5 @@ def local_bytes(knobs: dict[str, int]) -> int:
     kn = {**TC_DEFAULT, **knobs}
     bm, bn, bk = kn["BM"], kn["BN"], kn["BK"]
     per_operand = [max(rows * (bk + 4), bk * (rows + 8)) for rows in (bm, bn)]
-    return 2 * 4 * sum(per_operand) + 4 * (kn.get("WK", 1) - 1) * bm * bn + 2 * 8 * bk  # the last: the k-table
+    tables = 2 * 8 * bk + 8 * bn  # a convolution's k-table, a weight gradient's row table
+    return 2 * 4 * sum(per_operand) + 4 * (kn.get("WK", 1) - 1) * bm * bn + tables

@@ -58,6 +58,7 @@ class WinogradCLPlan:
     pw: int
     x_view: tuple[int, int]
     w_view: tuple[int, int, int]
+    fold: bool = False  # the output is laid out (K, N, OH*OW), a training convolution's folded product
 
     @property
     def th(self) -> int:
@@ -107,14 +108,16 @@ def pick(spec: Any) -> WinogradCLPlan | None:
     PLAIT_WINOGRAD_CL: 'auto' (the default) those with at least MIN_CHANNELS input and output channels and MIN_TILES
     tiles (for one image: MIN_TILES_ONE_IMAGE, or MIN_TILES_ONE_IMAGE_WIDE with WIDE channels); 'off' never; '2' every
     eligible convolution."""
-    if spec.conv is None or not winograd_c.eligible(spec) or spec.inner not in (1, spec.batch):
+    fold = _folded(spec)
+    if not fold and (spec.conv is None or not winograd_c.eligible(spec) or spec.inner not in (1, spec.batch)):
         return None
     mode = _mode(spec)
     win = spec.conv
-    # the images are the outer batch dim (inner 1) or the inner one (inner = batch), each with its own stride
-    image = (spec.b[0], spec.b[1] if spec.inner == 1 else spec.b_inner)
+    # the images are the outer batch dim (inner 1) or the inner one (inner = batch), each with its own stride; a
+    # folded product's columns run over the images of one NCHW buffer
+    image = (0, win.c * win.h * win.w) if fold else (spec.b[0], spec.b[1] if spec.inner == 1 else spec.b_inner)
     plan = WinogradCLPlan(
-        win.n, win.c, spec.m, win.h, win.w, win.oh, win.ow, win.ph, win.pw, image, (spec.a[0], *spec.a[2:])
+        win.n, win.c, spec.m, win.h, win.w, win.oh, win.ow, win.ph, win.pw, image, (spec.a[0], *spec.a[2:]), fold
     )
     if mode == "off":
         return None
@@ -123,6 +126,26 @@ def pick(spec: Any) -> WinogradCLPlan | None:
     if mode == "auto" and (min(win.c, spec.m) < MIN_CHANNELS or plan.tiles < fewest):
         return None
     return plan
+
+
+def _folded(spec: Any) -> bool:
+    """True for the forward of a training convolution that Winograd can run with the batch folded into the
+    columns (`Window.fold`: one product, the weight times every image's patch columns, out as (K, N, OH*OW)): 3x3
+    taps, stride 1, no dilation, one group, the weight read as (K, C*9) rows, the images gathered from one buffer."""
+    win = spec.conv
+    if win is None or not win.fold or (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) != (3, 3, 1, 1, 1, 1):
+        return False
+    _, _, sam, sak = spec.a
+    return (
+        spec.batch == 1
+        and spec.n == win.n * win.oh * win.ow
+        and spec.k == win.c * 9
+        and sak == 1
+        and sam >= spec.k
+        and spec.b == (0, 0, 0, 0)
+        and win.ph <= 2
+        and win.pw <= 2
+    )
 
 
 def _idx(*sizes: int) -> str:
@@ -199,7 +222,8 @@ def render_input(p: WinogradCLPlan) -> RenderedKernel:
 
 def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> RenderedKernel:
     """The output transform Y = A^T M A of each tile t and output channel gm from the 16 products M (16, K, T),
-    then `epi` on each of the tile's 2x2 outputs inside the image, stored in NCHW order."""
+    then `epi` on each of the tile's 2x2 outputs inside the image, stored in NCHW order ((K, N, OH*OW) with
+    `fold`)."""
     _, _, at = winograd_c.TRANSFORMS[2]
     plane, positions = p.k * p.tp, p.oh * p.ow
     it = _idx(16 * plane, p.n * p.k * positions)
@@ -210,8 +234,8 @@ def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> Rende
         for v in range(ALPHA)
     )
     body, out = _sandwich(at, [[f"m{u}_{v}" for v in range(ALPHA)] for u in range(ALPHA)], "o")
-    index = f"(bz * {p.k} + gm) * {positions}{lit} + gp"
-    coords = gemm._tile_coords(epi.root.shape, p.n, p.k, positions, "gm", "gp") if epi is not None else None
+    index = f"(gm * {p.n} + bz) * {positions}{lit} + gp" if p.fold else f"(bz * {p.k} + gm) * {positions}{lit} + gp"
+    coords = gemm._tile_coords(epi.root.shape, p.n, p.k, positions, "gm", "gp") if epi and not p.fold else None
     stmts, res, params = gemm._epi(r, epi, "v", index, "      ", it, coords)
     src_text = f"""__kernel void KERNEL_NAME(__global float* restrict Y, __global const float* restrict M{params}) {{
   const {it} t = get_global_id(0), gm = get_global_id(1);
@@ -229,4 +253,5 @@ def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> Rende
 }}
 """
     gs, ls = _grid(p.tiles)
-    return _named(f"WINOOUT2_{p.n}x{p.k}x{positions}x{p.c * 9}", src_text, (gs[0], p.k), (ls[0], 1))
+    stem = "WINOOUT2F" if p.fold else "WINOOUT2"
+    return _named(f"{stem}_{p.n}x{p.k}x{positions}x{p.c * 9}", src_text, (gs[0], p.k), (ls[0], 1))

@@ -45,8 +45,9 @@ def test_conv2d_training_matches_torch(device: str, case: tuple, bias: bool) -> 
 
 def test_conv2d_training_weight_gradient_is_one_product(device: str) -> None:
     """The weight gradient of a folded convolution is a single GEMM over every image's positions (K = N*OH*OW):
-    no per-image product and no sum over the batch in the step's kernels. It is computed transposed, columns @
-    dy^T (27 x 16), so the GEMM reads the large patch columns in place (nn.functional._conv_vjp)."""
+    no per-image product and no sum over the batch in the step's kernels. On the cpu it is computed transposed,
+    columns @ dy^T (27 x 16), so the GEMM reads the large patch columns in place (nn.functional._conv_vjp); on
+    OpenCL as dy @ columns^T (16 x 27), the columns gathered from the image (no im2col kernel)."""
     from plait.graph import autodiff
     from plait.schedule.plan import Plan
 
@@ -59,5 +60,9 @@ def test_conv2d_training_weight_gradient_is_one_product(device: str) -> None:
     gemms = [it.gemm for it in plan.items if it.kind == "gemm"]
     assert len(gemms) == 1 and gemms[0] is not None
     spec = gemms[0]
-    assert (spec.batch, spec.m, spec.n, spec.k) == (1, 27, 16, 4 * 8 * 8)
+    if device.startswith("opencl"):
+        assert (spec.batch, spec.m, spec.n, spec.k) == (1, 16, 27, 4 * 8 * 8) and spec.conv_t is not None
+        assert not [it for it in plan.items if it.out.op == "im2col"]
+    else:
+        assert (spec.batch, spec.m, spec.n, spec.k) == (1, 27, 16, 4 * 8 * 8)
     assert not [it for it in plan.items if it.kind == "reduce"]
