@@ -1,8 +1,9 @@
 """Process CPU time of one plan computing max_pool2d 3x3/2 padding 1 (resnet18's stem pool on a ReLU output of
-(N, 64, 112, 112)) and its input gradient, best of 5 rounds of 5 runs: `new` is the pool over im2col columns that
-`max_pool2d` uses when a gradient is recorded, `old` patches in the chain of strided views it used before.
+(N, 64, 112, 112)) and its input gradient, best of 5 rounds of 5 runs: `direct` is what `max_pool2d` uses on the cpu
+when a gradient is recorded (the pooling kernel and the gradient kernel of plait/graph/ops/pool_grad.py), `cols` the
+pool over im2col columns it used before (still the form elsewhere), `old` the chain of strided views before that.
 
-    OMP_NUM_THREADS=1 python benchmarks/max_pool_backward_cpu.py new 4
+    OMP_NUM_THREADS=1 python benchmarks/max_pool_backward_cpu.py direct 4
 """
 
 import functools
@@ -27,6 +28,10 @@ if form == "old":
         return functools.reduce(Tensor.maximum, F._windows(xp, k, s, d, (oh, ow)))
 
     F._max_pool_cols = views_pool
+if form in ("old", "cols"):
+    from plait.graph.ops import pool_grad
+
+    pool_grad.supports = lambda node: False  # no direct kernels: the column form (or, patched above, the views)
 rng = np.random.default_rng(0)
 xa = np.maximum(rng.standard_normal((n, 64, 112, 112)).astype(np.float32), 0)
 x = plait.tensor(xa, device="cpu", requires_grad=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
 from plait.frontends.native.tensor import Tensor, cat, stack, where
 from plait.graph.autodiff import custom_vjp, grad_enabled, no_grad
 from plait.graph.node import Node
-from plait.graph.ops import depthwise_cl, indexing, pool
+from plait.graph.ops import depthwise_cl, indexing, pool, pool_grad
 from plait.graph.ops.conv import Window, im2col
 from plait.schedule.plan import capturing
 
@@ -462,6 +463,10 @@ def _pool(
     oh, ow = _out_size(h, kh, sh, ph, dh, ceil_mode), _out_size(w, kw, sw, pw, dw, ceil_mode)
     if oh < 1 or ow < 1:
         raise ShapeError(f"pool2d: input {x.shape} is too small for kernel {(kh, kw)}")
+    if op == "max" and x.requires_grad and grad_enabled() and pool_grad.supports(x.node):
+        return _max_pool_train(
+            x, pool.PoolGeometry(x.shape[0], x.shape[1], h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+        )
     if x.requires_grad and grad_enabled() and (sh, sw) == (kh, kw) and (dh, dw) == (1, 1):
         if not (ph or pw) and (h, w) == (oh * kh, ow * kw):
             return _tiled_pool(x, op, kh, kw)
@@ -485,6 +490,26 @@ def _pool(
     if count_include_pad and not (eh or ew):
         return total / float(kh * kw)
     return total / _pool_counts(h, w, (kh, kw), (sh, sw), (ph, pw), (oh, ow), count_include_pad, x)
+
+
+def _max_pool_train(x: Tensor, geo: pool.PoolGeometry) -> Tensor:
+    """Max pooling under autograd on the cpu: the pooling kernel's forward, and as its gradient one kernel that
+    adds each output's gradient at its window's first maximum (plait/graph/ops/pool_grad.py; ties go to the first
+    tap, as in PyTorch). The other forms write the windows out: as im2col columns whose maximum's gradient is a
+    broadcast pass over the columns and a col2im (overlapping windows), or as a reduction over tiles whose gradient
+    splits ties evenly (windows that tile the input)."""
+    y = Tensor(pool.max_pool2d(x.node, geo))
+    # the rule holds its own output weakly: a rule is kept in a table keyed weakly by that node
+    x_node, y_ref = x.node, weakref.ref(y.node)
+
+    def rule(grad: Node) -> list[tuple[Node, Node]]:
+        y_node = y_ref()
+        if y_node is None:
+            raise PlaitError(f"max_pool2d {geo}: backward reached a pooled output that no longer exists")
+        return [(x_node, pool_grad.max_pool2d_grad(x_node, y_node, grad, geo))]
+
+    custom_vjp(y.node, rule)
+    return y
 
 
 def _tiled_pool(x: Tensor, op: str, kh: int, kw: int) -> Tensor:
