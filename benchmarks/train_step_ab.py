@@ -9,7 +9,8 @@ moment weighs on every variant alike. Medians over the rounds of the wall time a
 Parts (--old, comma-separated): conv (convolution gradients in the forms `nn.functional._conv_vjp` picks: the input
 gradient as a transposed convolution, the weight gradient with the columns read in place), bn (batch norm's fused
 backward in closed form, `nn.functional._batch_norm_vjp`), fwd (cpu training convolutions' forward per image,
-`nn.functional._forward_per_image`: back to the folded product).
+`nn.functional._forward_per_image`: back to the folded product), pool (max pooling's direct gradient kernel,
+`nn.functional._max_pool_train`: back to im2col columns, or a reduction over tiles).
 """
 
 from __future__ import annotations
@@ -40,11 +41,14 @@ def old_parts(names: list[str]) -> Iterator[None]:
     if "fwd" in names:
         saved["PER_IMAGE_MIN_POSITIONS"] = F.PER_IMAGE_MIN_POSITIONS
         F.PER_IMAGE_MIN_POSITIONS = 1 << 30  # no convolution has that many positions: every forward stays folded
+    if "pool" in names:
+        saved["pool_grad.supports"] = F.pool_grad.supports
+        F.pool_grad.supports = lambda node: False
     try:
         yield
     finally:
         for k, v in saved.items():
-            setattr(F, k, v)
+            setattr(F.pool_grad if k == "pool_grad.supports" else F, k.split(".")[-1], v)
 
 
 def plait_step(name: str, batch: int, device: str, old: list[str]) -> tuple[Callable[[], Any], float]:

@@ -697,9 +697,8 @@ def batch_norm_stats(
         count = x.numel() // c
         if count <= 1:
             raise ShapeError(f"batch_norm: training needs more than one value per channel, got input shape {x.shape}")
-        mean = x.mean(axis=axes, keepdims=True)
+        mean, var = _moments(x, axes)
         d = x - mean
-        var = (d * d).mean(axis=axes, keepdims=True)
         rs = (var + eps).sqrt().reciprocal()
         xhat = d * rs
         # for the running averages: like torch's, they carry no gradient
@@ -718,6 +717,23 @@ def batch_norm_stats(
     if stats[0] is not None and grad_enabled() and out.requires_grad:
         _batch_norm_vjp(out, x, xhat, rs, weight, bias, axes)
     return out, stats[0], stats[1]
+
+
+def _moments(x: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Per-channel mean and biased variance over `axes`, kept as (1, C, 1, ...). Two passes (the mean, then the
+    mean square deviation) where each is cheap; on OpenCL one reduction over [x - k, (x - k)^2] stacked, k each
+    channel's first value: a shift close to the data keeps mean((x - k)^2) - mean(x - k)^2 from cancelling (the
+    textbook one-pass formula with k = 0 loses the variance when |mean| >> std), and one read of x and one split
+    reduction with its second stage replace two of each."""
+    if not x.node.device.startswith("opencl"):
+        mean = x.mean(axis=axes, keepdims=True)
+        d = x - mean
+        return mean, (d * d).mean(axis=axes, keepdims=True)
+    k = x[(slice(0, 1), slice(None), *(slice(0, 1) for _ in axes[1:]))]
+    xs = x - k
+    m = stack([xs, xs * xs]).mean(axis=tuple(a + 1 for a in axes), keepdims=True)
+    m1, m2 = m[0], m[1]
+    return m1 + k, (m2 - m1 * m1).maximum(0.0)
 
 
 def _batch_norm_vjp(

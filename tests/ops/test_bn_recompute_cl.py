@@ -1,7 +1,7 @@
 """On OpenCL a training batch norm's normalised input (x - mean) * rs, read by the affine output, the backward's
 channel sums and its input gradient, is recomputed by each reader rather than stored (scheduler.PLANE_RECOMPUTE_COST):
-it reads one full-size buffer, so storing it only adds a write and a launch; and the backward's two channel sums are
-one reduction. The cpu keeps storing it and sums twice. Gradients through the OpenCL form against PyTorch."""
+it reads one full-size buffer, so storing it only adds a write and a launch; the backward's two channel sums are one
+reduction, and so are the forward's mean and variance. The cpu keeps storing it and sums four times. Gradients through the OpenCL form against PyTorch."""
 
 from __future__ import annotations
 
@@ -57,10 +57,26 @@ def test_batch_norm_relu6_gradients_match_torch(device: str) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 def test_backward_channel_sums_paired_on_opencl(device: str) -> None:
     """OpenCL sums g and g * xhat per channel in one reduction over the two stacked (nn.functional's
-    `_batch_norm_vjp`): with the forward's mean and variance, three per-channel sums where the cpu makes four."""
+    `_batch_norm_vjp`), and the forward's two moments in another (`_moments`): two per-channel sums of two values
+    each, where the cpu makes four."""
     _, _, plan = _step(device)
     sums = [it.out.shape for it in plan.items if it.kind == "reduce" and it.out.op == "rsum" and it.out.size in (4, 8)]
     if device.startswith("opencl"):
-        assert len(sums) == 3 and sum(math.prod(s) == 8 for s in sums) == 1, sums
+        assert len(sums) == 2 and all(math.prod(s) == 8 for s in sums), sums
     else:
         assert len(sums) == 4, sums
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_moments_with_a_large_mean_match_float64(device: str) -> None:
+    """Values around 1000 with a spread of 1 (a one-pass variance without the shift would lose most digits): the
+    normalised output and the unbiased variance for the running average against float64."""
+    xa = (1000.0 + rand((6, 3, 10, 10), seed=5)).astype(np.float32)
+    out, mean, var = F.batch_norm_stats(plait.tensor(xa, device=device), None, None, None, None, True, 1e-5)
+    x64 = xa.astype(np.float64)
+    m64, v64 = x64.mean(axis=(0, 2, 3)), x64.var(axis=(0, 2, 3))
+    ref = (x64 - m64.reshape(1, 3, 1, 1)) / np.sqrt(v64.reshape(1, 3, 1, 1) + 1e-5)
+    assert mean is not None and var is not None
+    assert_close(out.numpy(), ref, "float32", "batch norm output, mean 1000", tol_scale=10.0)
+    assert_close(mean.numpy(), m64, "float32", "batch mean, mean 1000")
+    assert_close(var.numpy(), v64 * 600 / 599, "float32", "unbiased batch variance, mean 1000", tol_scale=10.0)
