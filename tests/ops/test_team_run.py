@@ -123,6 +123,42 @@ def test_winograd_over_several_chunks_of_tile_blocks(threads: int) -> None:
     np.testing.assert_allclose(team, ref.numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_compiled_training_step_replays_as_team_runs(threads: int) -> None:
+    """A plait.compile_step replay (forward, backward, SGD with momentum) runs its kernels as team runs and keeps
+    the parameters PyTorch's eager steps give."""
+    torch.manual_seed(0)
+    tm = torch.nn.Sequential(
+        torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(100, 3)
+    )
+    pm = plait.nn.Sequential(
+        plait.nn.Conv2d(2, 4, 3, padding=1), plait.nn.ReLU(), plait.nn.Flatten(), plait.nn.Linear(100, 3)
+    ).to("cpu")
+    pm.load_state_dict(tm.state_dict())
+    topt = torch.optim.SGD(tm.parameters(), lr=0.1, momentum=0.9)
+    popt = plait.optim.SGD(pm.parameters(), lr=0.1, momentum=0.9)
+
+    @plait.compile_step(device="cpu")
+    def step(x: plait.Tensor, y: plait.Tensor) -> plait.Tensor:
+        popt.zero_grad()
+        loss = plait.nn.functional.cross_entropy(pm(x), y)
+        loss.backward()
+        popt.step()
+        return loss
+
+    rng = np.random.default_rng(3)
+    for _ in range(5):  # call 1 eager, 2-3 traced, 4-5 replayed
+        x, y = rng.standard_normal((4, 2, 5, 5)).astype(np.float32), rng.integers(0, 3, 4)
+        step(x, y)
+        topt.zero_grad()
+        torch.nn.functional.cross_entropy(tm(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        topt.step()
+    replay = next(iter(step.traces.values())).replay
+    assert replay is not None and any(isinstance(c, TeamRun) for c in replay.launches)
+    got = pm.state_dict()
+    for name, want in tm.state_dict().items():
+        np.testing.assert_allclose(got[name].numpy(), want.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 _PROBE = """#include <omp.h>
 void plait_probe_%s(int* out) {
   out[0] = omp_get_num_threads();

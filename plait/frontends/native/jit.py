@@ -284,9 +284,7 @@ class _Replay:
                 )
         self.carries = list(carries.values())
         self.device = get_device(b.outputs[0].device) if b.outputs else b.cap.launches[0].buffers[0].device
-        self.launches = [
-            lb.program.bind(lb.buffers, lb.kernel.global_size, lb.kernel.local_size) for lb in b.cap.launches
-        ]
+        self.launches = self.device.chain(b.cap.launches)  # on cpu: runs of kernels as one parallel region each
         self.hooks = list(b.cap.hooks.values())
         self.inputs = b.inputs
         self.outputs = b.outputs
