@@ -63,8 +63,8 @@ def _buffers(dev: Any, spec: Any) -> list[Any]:
     outer = spec.batch // spec.inner
     _, sab, sam, sak = spec.a
     a = _extent(spec.a[0], [(outer, sab), (spec.inner, spec.a_inner), (spec.m, sam), (spec.k, sak)])
-    if spec.conv is not None:
-        w = spec.conv
+    w = spec.conv or spec.conv_t  # B is the image the product gathers from
+    if w is not None:
         b = w.n * w.c * w.h * w.w
     else:
         _, sbb, sbk, sbn = spec.b
@@ -153,7 +153,7 @@ def main() -> None:
                     rows.append(f"{t * 1e3:.3f} ms {sp.flops / t / 1e12:.1f} TF {knobs}")
                 for buf in bufs:
                     dev.allocator.free(buf.nbytes, buf.handle)
-                conv = " conv" if sp.conv is not None else ""
+                conv = " conv" if sp.conv is not None else " conv_t" if sp.conv_t is not None else ""
                 print(
                     f"-- {label}{sp.batch}x{sp.m}x{sp.n}x{sp.k} a={sp.a} b={sp.b} inner={sp.inner} "
                     f"a_in={sp.a_inner} b_in={sp.b_inner}{conv}, {uses} uses"

@@ -17,7 +17,7 @@ from plait.codegen.gemm import GemmSpec
 from plait.graph import autodiff
 from plait.graph.ops.conv import Window
 from plait.runtime import get_device
-from plait.schedule.scheduler import schedule
+from plait.schedule.scheduler import _grad_parts, schedule
 from tests.conftest import DEVICES
 from tests.helpers import assert_close, rand
 
@@ -124,6 +124,15 @@ def test_patch_columns_stay_where_a_reader_cannot_gather() -> None:
     items = schedule([grads[w.node.uid], y.node], 16, implicit_conv=True)
     assert [it for it in items if it.out.op == "im2col"]
     assert not [it for it in items if it.gemm is not None and it.gemm.conv_t is not None]
+
+
+def test_weight_gradient_chunks() -> None:
+    """K chunks of a weight gradient: resnet18 b64's 64 x 576 product over K = 64 x 3136 in 128 chunks of 1568;
+    alexnet b64's 13x13 layers (K = 64 x 169, 216 tiles) in 13 chunks of 832 where chunks of 1024 or more allow
+    only two."""
+    assert _grad_parts(64 * 3136, 32, 9) == 128
+    assert _grad_parts(64 * 169, 32, 216) == 13
+    assert _grad_parts(4096, 32, 1) == 4  # no split reaches the target: the most chunks of 1024
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
