@@ -46,7 +46,7 @@ def ort_nodes(name: str, x: np.ndarray, runs: int) -> list[tuple[str, float]]:
     for e in json.loads(Path(sess.end_profiling()).read_text()):
         args = e.get("args", {})
         op = str(args.get("op_name", ""))
-        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time") or ("Conv" not in op and op != "Gemm"):
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time") or ("Conv" not in op and "Gemm" not in op):
             continue
         shape = next(iter(args["output_type_shape"][0].values()))
         if e["name"] not in best:

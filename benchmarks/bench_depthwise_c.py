@@ -85,7 +85,7 @@ def built_with(pick: Callable[[Any], str], build: Callable[[], Any]) -> Any:
 
 def compare_plans(batch: int, repeats: int) -> None:
     """Whole mobilenet_v2 twin plans, every depthwise layer across the vector lanes against the default pick,
-    kernels timed in turn."""
+    kernels timed in turn; then each depthwise layer's time in both plans, side by side."""
     x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
 
     def build() -> Any:
@@ -94,8 +94,14 @@ def compare_plans(batch: int, repeats: int) -> None:
         return f.plan_for([x])[0]
 
     plans = {"lanes": built_with(lambda win: "lanes", build), "default": built_with(gemm_c.dw_kernel, build)}
-    for label, per in interleaved_kernel_times(plans, repeats).items():
+    times = interleaved_kernel_times(plans, repeats)
+    for label, per in times.items():
         report(f"mobilenet_v2 b{batch} ({label})", per, 0)
+    print("| depthwise kernel | lanes ms | default ms |")
+    print("| --- | --- | --- |")
+    for (t_lanes, name), (t_pick, _) in zip(times["lanes"], times["default"], strict=True):
+        if name.startswith("DWCONV"):
+            print(f"| {name.rsplit('_', 1)[0]} | {t_lanes * 1e3:.3f} | {t_pick * 1e3:.3f} |")
 
 
 def layer_row(
@@ -118,7 +124,9 @@ def layer_row(
             best[i] = min(best[i], time.thread_time() - t0)
     if stride > 1:
         return None, None, best[0] * 1e3, best[0] * 1e3
-    pick = {"lanes": best[0], "rows": best[1], "flat": best[2]}[gemm_c.dw_kernel(SimpleNamespace(sh=1, sw=1, ow=hw))]
+    pick = {"lanes": best[0], "rows": best[1], "flat": best[2]}[
+        gemm_c.dw_kernel(SimpleNamespace(sh=1, sw=1, oh=hw, ow=hw))
+    ]
     return best[1] * 1e3, best[2] * 1e3, best[0] * 1e3, pick * 1e3
 
 

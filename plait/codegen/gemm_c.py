@@ -904,19 +904,24 @@ def _transpose16() -> str:
 DEPTHWISE = DEPTHWISE.replace("//@transpose16\n", _transpose16())
 
 
-DW_FLAT_BELOW = 28  # stride-1 depthwise layers with rows narrower than this run as plait_dw_flat, wider ones row by row
+DW_FLAT_ROWS = (10, 28)  # stride-1 depthwise layers with rows of this many outputs (from, below) run as plait_dw_flat
+DW_LANES_MAX = 4096  # other stride-1 output planes up to this many pixels (56x56) run across the vector lanes
 DW_MODES = {"rows": 0, "lanes": 1, "flat": 2}  # plait_dwconv's `lanes` argument per kernel
 
 
 def dw_kernel(win: Any) -> str:
     """Which kernel runs a depthwise convolution on the cpu: "lanes" (16 planes across the vector lanes,
     plait_dw_lanes) for strided layers, which the plane-wise kernels do not handle; for stride 1, "flat" (64-output
-    runs spanning rows, plait_dw_flat) for rows narrower than DW_FLAT_BELOW and "rows" (plait_dw_plane) otherwise.
-    Measured per mobilenet_v2 layer at batch 1 and 16 (benchmarks/bench_depthwise_c.py, docs/benchmarks.md): the
-    lanes kernel's two 16x16 transposes per 16 pixels cost more than the plane-wise kernels' idle lanes."""
+    runs spanning rows, plait_dw_flat) for rows of 10-27 outputs, "lanes" for narrower rows and planes up to 56x56,
+    "rows" (plait_dw_plane) for wider planes. Measured inside whole mobilenet_v2 plans at batch 1 and 16, each layer
+    both ways in turn (docs/benchmarks.md): on 14x14 planes the lanes kernel's two 16x16 transposes per 16 pixels
+    cost more than the flat runs' padded positions (1.5x at batch 16), on 7x7 planes the per-plane copies and calls
+    cost more than the transposes, and on 28x28 and 56x56 planes the two are within 10% (lanes ahead at batch 1)."""
     if win.sh > 1 or win.sw > 1:
         return "lanes"
-    return "flat" if win.ow < DW_FLAT_BELOW else "rows"
+    if DW_FLAT_ROWS[0] <= win.ow < DW_FLAT_ROWS[1]:
+        return "flat"
+    return "lanes" if win.ow < 16 or win.oh * win.ow <= DW_LANES_MAX else "rows"
 
 
 def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:

@@ -1,8 +1,8 @@
-"""The `cpu` device's depthwise convolution kernel (DWCONV): stride-1 planes row by row from a zero-padded copy
-(rows longer than one 64-output block, a partial vector), narrow stride-1 planes in 64-output runs spanning their
-rows (dilation, non-square kernels, no side padding), and the kernel that runs 16 planes across the vector lanes
-(strided planes, in strips of rows: strides 2 and 3, dilation, non-square kernels, partial groups, groups spanning
-images), with a fused BN-style epilogue and ReLU6, against PyTorch."""
+"""The `cpu` device's depthwise convolution kernel (DWCONV): wide stride-1 planes row by row from a zero-padded copy
+(rows longer than one 64-output block, a partial vector), stride-1 planes with rows of 10-27 outputs in 64-output
+runs spanning their rows (dilation, non-square kernels, no side padding), and the kernel that runs 16 planes across
+the vector lanes (small, very narrow or strided planes, in strips of rows: strides 2 and 3, dilation, non-square
+kernels, partial groups, groups spanning images), with a fused BN-style epilogue and ReLU6, against PyTorch."""
 
 from types import SimpleNamespace
 
@@ -23,12 +23,12 @@ GEOMETRIES = [  # n, c, h, w, kh, kw, stride, padding, dilation
     (1, 2, 29, 66, 5, 5, 2, 2, 2),  # stride 2, dilation 2
     (2, 3, 21, 50, 3, 5, (1, 3), (1, 2), 1),  # stride 3 along rows, non-square kernel
     (1, 3, 400, 12, 3, 3, 1, 1, 1),  # a tall plane narrower than a vector: 64-output runs over many rows
-    (1, 5, 7, 7, 3, 3, 1, 1, 1),  # a 7x7 plane: one run of 64 outputs (63 padded positions)
-    (1, 6, 9, 11, 5, 3, 1, (2, 0), (1, 2)),  # narrow rows: dilation along rows, no side padding, non-square kernel
+    (1, 5, 7, 7, 3, 3, 1, 1, 1),  # a 7x7 plane across the lanes
+    (1, 6, 9, 15, 5, 3, 1, (2, 0), (1, 2)),  # rows of 11: dilation along rows, no side padding, non-square kernel
     (2, 7, 13, 20, 3, 3, 1, 1, 1),  # rows of 20 in runs spanning rows, two images
     (1, 4, 14, 14, 3, 3, 2, 1, 1),  # 14 -> 7, stride 2
     (2, 10, 14, 14, 3, 3, 1, 1, 1),  # 14x14 planes in runs spanning rows, two images
-    (1, 18, 30, 30, 3, 3, 1, 1, 1),  # rows of 30: row by row
+    (1, 18, 30, 30, 3, 3, 1, 1, 1),  # across the lanes in three strips of output rows
     (1, 21, 9, 11, 5, 3, (2, 1), (2, 0), (1, 2)),  # small planes: a partial group, strides, dilation, no side padding
     (1, 17, 3, 3, 3, 3, 2, 1, 1),  # 2x2 outputs: fewer than one block of eight
 ]
@@ -55,11 +55,20 @@ def test_depthwise_matches_torch(geo):
 
 
 @pytest.mark.parametrize(
-    ("stride", "ow", "kernel"),
-    [(2, 7, "lanes"), ((1, 2), 56, "lanes"), (1, 7, "flat"), (1, 14, "flat"), (1, 28, "rows")],
+    ("stride", "oh", "ow", "kernel"),
+    [
+        (2, 7, 7, "lanes"),
+        ((1, 2), 112, 56, "lanes"),
+        (1, 7, 7, "lanes"),
+        (1, 14, 14, "flat"),
+        (1, 400, 12, "flat"),
+        (1, 28, 28, "lanes"),
+        (1, 56, 56, "lanes"),
+        (1, 112, 112, "rows"),
+    ],
 )
-def test_depthwise_kernel_pick(stride, ow, kernel):
-    """Strided layers run across the vector lanes; stride-1 ones with rows narrower than 28 in runs spanning rows,
-    wider ones row by row."""
+def test_depthwise_kernel_pick(stride, oh, ow, kernel):
+    """Strided layers run across the vector lanes; stride-1 ones with rows of 10-27 outputs in runs spanning rows,
+    narrower rows and planes up to 56x56 across the lanes, wider planes row by row."""
     sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
-    assert gemm_c.dw_kernel(SimpleNamespace(sh=sh, sw=sw, ow=ow)) == kernel
+    assert gemm_c.dw_kernel(SimpleNamespace(sh=sh, sw=sw, oh=oh, ow=ow)) == kernel
