@@ -801,6 +801,7 @@ static void plait_dw_interleave(const float* const* xs, int lanes, const plait_w
    of a vector idle on short rows (7 or 14 outputs in mobilenet_v2) and needs a deinterleave for strided taps, while
    across planes every tap of every output pixel is one whole-vector load. Output rows run in strips whose
    channel-minor input (plait_dw_interleave) stays in L1; the outputs are transposed back into the planes at the end. */
+enum { PLAIT_DW_PREFETCH = 256 }; /* floats per input plane up to which plait_dw_lanes prefetches the planes */
 static void plait_dw_lanes(long bz0, int lanes, long inner, int n, const float* A, long sab, long sai,
                            const float* X, long sxb, long sxi, const plait_win* g, float* C) {
   enum { STRIP_BYTES = 32768 };
@@ -815,11 +816,15 @@ static void plait_dw_lanes(long bz0, int lanes, long inner, int n, const float* 
   float* restrict wv = o + (long)n16 * 16;
   const float* xs[16];
   memset(wv, 0, sizeof(float) * 16 * (size_t)taps);
+  long plane = (long)g->h * g->w;
   for (int l = 0; l < lanes; l++) {
     long bz = bz0 + l;
     const float* w = A + bz / inner * sab + bz % inner * sai;
     xs[l] = X + bz / inner * sxb + bz % inner * sxi;
     for (int t = 0; t < taps; t++) wv[16 * t + l] = w[t];
+    /* small planes are read row by row across all 16 at once: their lines requested up front arrive together */
+    if (plane <= PLAIT_DW_PREFETCH)
+      for (long o = 0; o < plane; o += 16) __builtin_prefetch(xs[l] + o);
   }
   int off[taps], pix[so * ow];
   for (int ky = 0; ky < g->kh; ky++)
