@@ -14,9 +14,11 @@ VW = 16  # floats per vector register (AVX-512; gcc splits the vector type on na
 # (MR, vectors per row) shapes of the register tile, every one about 24 accumulators
 TILES = ((24, 1), (12, 2), (8, 3), (6, 4))
 KC_MAX = 256
-# A task whose columns are at most NARROW_COLS (a 7x7 or 14x14 plane at batch 1) takes k blocks of up to KC_NARROW:
-# 1-thread CPU time, interleaved, of resnet50's products over k 1024-4608 with 49-196 columns fell 4-10%
-KC_NARROW, NARROW_COLS = 1024, 128
+# A task whose columns are at most NARROW_COLS (a 7x7 or 14x14 plane at batch 1) takes k blocks of up to KC_NARROW,
+# so a 3x3 convolution over 512 channels runs its whole depth in one block: every row of A is then read as one long
+# run. One-thread CPU time of resnet50's products over k 1024-4608 with 49-196 columns, interleaved: 4-13% less with
+# blocks of 1024 than of 256, 512 x 49 x 4608 another 6-9% less with one block of 4608 (docs/benchmarks.md).
+KC_NARROW, NARROW_COLS = 4608, 128
 MERGE_BELOW = 512  # products with fewer columns than this that share A over a batch merge the batch's columns
 FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot products (plait_fringe)
 
