@@ -10,7 +10,8 @@ Parts (--old, comma-separated): conv (convolution gradients in the forms `nn.fun
 gradient as a transposed convolution, the weight gradient with the columns read in place), bn (batch norm's fused
 backward in closed form, `nn.functional._batch_norm_vjp`), fwd (cpu training convolutions' forward per image,
 `nn.functional._forward_per_image`: back to the folded product), pool (max pooling's direct gradient kernel,
-`nn.functional._max_pool_train`: back to im2col columns, or a reduction over tiles).
+`nn.functional._max_pool_train`: back to im2col columns, or a reduction over tiles), dw (the cpu depthwise weight
+gradient kernel, plait/graph/ops/depthwise_grad_c.py: back to patch columns and GEMVs).
 """
 
 from __future__ import annotations
@@ -44,11 +45,15 @@ def old_parts(names: list[str]) -> Iterator[None]:
     if "pool" in names:
         saved["pool_grad.supports"] = F.pool_grad.supports
         F.pool_grad.supports = lambda node: False
+    if "dw" in names:
+        saved["depthwise_grad_c.supports"] = F.depthwise_grad_c.supports
+        F.depthwise_grad_c.supports = lambda node, win: False
     try:
         yield
     finally:
         for k, v in saved.items():
-            setattr(F.pool_grad if k == "pool_grad.supports" else F, k.split(".")[-1], v)
+            module, _, name = k.rpartition(".")
+            setattr(getattr(F, module) if module else F, name, v)
 
 
 def plait_step(name: str, batch: int, device: str, old: list[str]) -> tuple[Callable[[], Any], float]:

@@ -26,7 +26,7 @@ from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
 from plait.frontends.native.tensor import Tensor, cat, stack, where
 from plait.graph.autodiff import custom_vjp, grad_enabled, no_grad
 from plait.graph.node import Node
-from plait.graph.ops import depthwise_cl, indexing, pool, pool_grad
+from plait.graph.ops import depthwise_cl, depthwise_grad_c, indexing, pool, pool_grad
 from plait.graph.ops.conv import Window, im2col
 from plait.schedule.plan import capturing
 
@@ -368,12 +368,15 @@ def _conv_vjp(
     - depthwise (one filter per channel) on OpenCL: the weight gradient one direct kernel reading dy and x (no
       patch columns, so the forward gathers its patches from the image), and a strided input gradient a direct
       gather (plait/graph/ops/depthwise_cl.py); on the cpu the column form measured faster.
+    - depthwise on the cpu: the weight gradient one C kernel that dots dy's rows with the input rows each tap reads
+      (plait/graph/ops/depthwise_grad_c.py), so no patch columns are made and the forward gathers from the image.
     """
     co, cg, kh, kw = weight.shape
     n, c, _, _ = x.shape
     ph, pw, dh, dw = win.ph, win.pw, win.dh, win.dw
     p = out.shape[2] * out.shape[3]
     direct = g == c == co and x.node.device.startswith("opencl") and depthwise_cl.supports(win)
+    direct_c = g == c == co and depthwise_grad_c.supports(x.node, win)
     # the rule keeps nodes, not Tensors: a live Tensor marks its value as one the caller can read, which a plan
     # then may not reuse (plait/schedule/plan.py, `held`); the patch columns are only the weight gradient's
     x_node, cols_node, w_node = x.node, cols.node, weight.node
@@ -396,6 +399,8 @@ def _conv_vjp(
             grads.append((cols_node, (wt @ dy if folded else wt.reshape(1, *wt.shape) @ dy).node))
         if w_node.rg and direct:
             grads.append((w_node, depthwise_cl.depthwise_wgrad_cl(grad, x_node, win)))
+        elif w_node.rg and direct_c:
+            grads.append((w_node, depthwise_grad_c.depthwise_wgrad_c(grad, x_node, win)))
         elif w_node.rg:
             if folded:
                 wgrad = (cols_t @ dy.transpose(-1, -2)).transpose(-1, -2)
