@@ -105,6 +105,14 @@ SPLIT_K_GRAD_MIN = 1024
 SPLIT_K_GRAD_MAX = 512
 SPLIT_K_GRAD_LONG = 1 << 18
 SPLIT_K_IMAGE_MIN = 128  # whole-image chunks of a 1x1 weight gradient this long still split (mobilenet_v2's 14x14)
+# A weight gradient with at least SPLIT_K_WIDE_ROWS x SPLIT_K_WIDE_COLS outputs whose K allows chunks of at least
+# SPLIT_K_WIDE_MIN that make SPLIT_K_GRAD_TARGET tiles of 128x128 splits that way (and runs those tiles, with 64x64
+# per warp: plait/tune `_tc_heuristic`): vgg16 b64's 256 x 2304 products over K 200704 ran 5.96 ms as 8 chunks of
+# 64x64 tiles, 4.95 ms as 32 chunks of 128x128; its 512 x 4608 over K 50176 6.09 ms as 2 chunks, 4.92 as 8 (H100,
+# benchmarks/sweep_train_gemms.py); with the chunks of the 64x64 rule 128x128 tiles were 1.16-1.19x slower
+SPLIT_K_WIDE_ROWS = 256
+SPLIT_K_WIDE_COLS = 2304
+SPLIT_K_WIDE_MIN = 4096
 
 
 def _patch_taps(b: Node) -> int:
@@ -182,7 +190,7 @@ def _split_k_one(node: Node, keep: set[int]) -> bool:
         return False
     unit = math.lcm(32, _patch_taps(b) if vb is not None and vb[2][-1] == 1 else 1)
     if grad:
-        parts = _grad_parts(k, unit, tiles64)
+        parts = _wide_grad_parts(m, n, k, unit) or _grad_parts(k, unit, tiles64)
     else:
         splits = [s for s in range(2, 17) if k % (s * unit) == 0 and k // s >= SPLIT_K_MIN]
         parts = _stream_parts(b, m, k, tiles, splits) or next(
@@ -212,16 +220,27 @@ def _split_k_one(node: Node, keep: set[int]) -> bool:
 
 def _grad_parts(k: int, unit: int, tiles64: int) -> int:
     """The K chunks of a weight gradient: the fewest (chunks of `unit`, each at least SPLIT_K_GRAD_MIN long) that
-    make SPLIT_K_GRAD_TARGET tiles of 64x64; where none does, chunks down to half that length may (alexnet's
-    13x13 layers: K = 64 x 169 splits only in two chunks of 5408, 324-432 tiles, 27-30 TFLOP/s on an H100; in 13
-    chunks of 832 they make 1872-2808); else the most chunks of the full length, 0 for none."""
-    for least in (SPLIT_K_GRAD_MIN, SPLIT_K_GRAD_MIN // 2):
-        splits = [s for s in range(2, SPLIT_K_GRAD_MAX + 1) if k % (s * unit) == 0 and k // s >= least]
-        parts = next((s for s in splits if s * tiles64 >= SPLIT_K_GRAD_TARGET), 0)
-        if parts:
-            return parts
+    make SPLIT_K_GRAD_TARGET tiles of 64x64, else the most such chunks. Where those make under half the target,
+    chunks down to half that length may reach it: alexnet b64's 13x13 layers (K = 64 x 169) split only in two
+    chunks of 5408 (324-432 tiles, 0.35-0.66 ms at 27-30 TFLOP/s on an H100), in 13 chunks of 832 they ran
+    0.35-0.50 ms at 37-39; its first layer's 121 chunks (726 tiles) ran 0.283 ms, 242 of half the length 0.301."""
     splits = [s for s in range(2, SPLIT_K_GRAD_MAX + 1) if k % (s * unit) == 0 and k // s >= SPLIT_K_GRAD_MIN]
-    return splits[-1] if splits else 0
+    parts = next((s for s in splits if s * tiles64 >= SPLIT_K_GRAD_TARGET), splits[-1] if splits else 0)
+    if parts * tiles64 >= SPLIT_K_GRAD_TARGET // 2:
+        return parts
+    short = [s for s in range(2, SPLIT_K_GRAD_MAX + 1) if k % (s * unit) == 0 and k // s >= SPLIT_K_GRAD_MIN // 2]
+    return next((s for s in short if s * tiles64 >= SPLIT_K_GRAD_TARGET), parts)
+
+
+def _wide_grad_parts(m: int, n: int, k: int, unit: int) -> int:
+    """The K chunks of a wide weight gradient (SPLIT_K_WIDE_ROWS x SPLIT_K_WIDE_COLS outputs or more) for 128x128
+    tiles: the fewest chunks of `unit`, each at least SPLIT_K_WIDE_MIN long, that make SPLIT_K_GRAD_TARGET such
+    tiles; 0 where the product is narrower or no such split exists (then `_grad_parts` decides)."""
+    if m < SPLIT_K_WIDE_ROWS or n < SPLIT_K_WIDE_COLS:
+        return 0
+    tiles128 = -(-m // 128) * -(-n // 128)
+    splits = [s for s in range(2, SPLIT_K_GRAD_MAX + 1) if k % (s * unit) == 0 and k // s >= SPLIT_K_WIDE_MIN]
+    return next((s for s in splits if s * tiles128 >= SPLIT_K_GRAD_TARGET), 0)
 
 
 def _k_contiguous(a: Node, b: Node, vb: tuple[Node, int, tuple[int, ...]] | None) -> bool:

@@ -81,6 +81,8 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
       256x3136x2304 and 512x784x4608), two to an SM; eight 32x64 warp tiles, one to an SM, where that evens out
       the last wave (resnet18 b64's 128x50176x1152: 392 work-groups, 1.39x)."""
     if _weight_gradient(spec):
+        if _wide_weight_gradient(spec):
+            return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
         return {"V": 3, "BM": 64, "BN": 64, "BK": 32 if spec.k >= 512 else 16, "WM": 32, "WN": 32}
     shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0
     fold = shared_a and _padded(spec.n, 128) > 1.1 * spec.n
@@ -126,6 +128,22 @@ def _weight_gradient(spec: Any) -> bool:
     tiles = spec.batch * -(-spec.m // 64) * -(-spec.n // 64)
     k_major = spec.a[3] == 1 and spec.b[2] == 1 and spec.conv is None
     return k_major and spec.m <= 1024 and spec.n <= 4608 and tiles >= 264
+
+
+def _wide_weight_gradient(spec: Any) -> bool:
+    """A weight gradient that the scheduler split for 128x128 tiles (`scheduler._wide_grad_parts`: at least
+    256 x 2304 outputs, chunks of 4096 or more, 1056 or more such tiles): those tiles with 64x64 per warp ran
+    vgg16 b64's 256 x 2304 and 512 x 4608 products 1.20-1.24x faster than 64x64 tiles on an H100 (4.92-4.95 ms
+    against 5.96-6.09 in fewer chunks, benchmarks/sweep_train_gemms.py)."""
+    from plait.schedule import scheduler
+
+    tiles128 = spec.batch * -(-spec.m // 128) * -(-spec.n // 128)
+    return (
+        spec.m >= scheduler.SPLIT_K_WIDE_ROWS
+        and spec.n >= scheduler.SPLIT_K_WIDE_COLS
+        and spec.k >= scheduler.SPLIT_K_WIDE_MIN
+        and tiles128 >= scheduler.SPLIT_K_GRAD_TARGET
+    )
 
 
 def _padded(size: int, tile: int) -> int:

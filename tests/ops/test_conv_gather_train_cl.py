@@ -17,7 +17,8 @@ from plait.codegen.gemm import GemmSpec
 from plait.graph import autodiff
 from plait.graph.ops.conv import Window
 from plait.runtime import get_device
-from plait.schedule.scheduler import _grad_parts, schedule
+from plait.schedule.scheduler import _grad_parts, _wide_grad_parts, schedule
+from plait.tune import _tc_heuristic
 from tests.conftest import DEVICES
 from tests.helpers import assert_close, rand
 
@@ -28,6 +29,7 @@ KNOBS = [
     {},  # the FP32 template
     {"V": 2, "TSK": 8},
 ]
+WIN = Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1, fold=True)  # vgg16's 256-channel layers at batch 64
 OPENCL_FLAGS = {"implicit_conv": True, "split_k": True, "conv_span": True, "winograd_cl": True}
 
 
@@ -133,6 +135,18 @@ def test_weight_gradient_chunks() -> None:
     assert _grad_parts(64 * 3136, 32, 9) == 128
     assert _grad_parts(64 * 169, 32, 216) == 13
     assert _grad_parts(4096, 32, 1) == 4  # no split reaches the target: the most chunks of 1024
+
+
+def test_wide_weight_gradients_split_for_128x128_tiles() -> None:
+    """vgg16 b64's 256 x 2304 and 512 x 4608 weight gradients split into chunks of 6272 for 128x128 tiles (64x64 per
+    warp); where such chunks would be shorter than 4096 (its 512 x 2304 over K 50176) the 64x64 rule stays."""
+    assert _wide_grad_parts(256, 2304, 64 * 3136, 32) == 32
+    assert _wide_grad_parts(512, 4608, 64 * 784, 32) == 8
+    assert _wide_grad_parts(512, 2304, 64 * 784, 32) == 0 and _wide_grad_parts(128, 4608, 64 * 3136, 32) == 0
+    wide = GemmSpec(32, 256, 2304, 6272, (0, 0, 200704, 1), (0, 0, 1, 200704), 32, 6272, 6272, conv_t=WIN)
+    assert _tc_heuristic(wide) == {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
+    fewer = GemmSpec(8, 256, 2304, 25088, (0, 0, 200704, 1), (0, 0, 1, 200704), 8, 25088, 25088, conv_t=WIN)
+    assert _tc_heuristic(fewer)["BM"] == 64  # too few 128x128 tiles: the 64x64 rule
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
