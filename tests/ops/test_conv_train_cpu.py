@@ -55,3 +55,18 @@ def test_small_or_first_layers_stay_folded():
     assert not F._forward_per_image(x, win, 1)
     x3 = plait.tensor(rand((2, 3, 32, 32)), device="cpu")
     assert not F._forward_per_image(x3, F.Window(2, 3, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, fold=True), 1)
+
+
+def test_large_weight_gradient_matches_torch():
+    """A weight of 2**20 or more values takes dy @ columns^T (no transposed copy afterwards)."""
+    x, wt = rand((2, 228, 4, 4)), rand((512, 228, 3, 3), seed=1)
+    assert wt.size >= F.WGRAD_PLAIN_MIN
+    xp = plait.tensor(x, device="cpu", requires_grad=True)
+    wp = plait.tensor(wt, device="cpu", requires_grad=True)
+    up = rand((2, 512, 4, 4), seed=3)
+    (F.conv2d(xp, wp, padding=1) * plait.tensor(up, device="cpu")).sum().backward()
+    xt, wtt = torch.tensor(x, requires_grad=True), torch.tensor(wt, requires_grad=True)
+    (torch.nn.functional.conv2d(xt, wtt, padding=1) * torch.tensor(up)).sum().backward()
+    assert xp.grad is not None and wp.grad is not None
+    assert_close(wp.grad.numpy(), wtt.grad.numpy(), "float32", "large conv2d weight gradient", tol_scale=10)
+    assert_close(xp.grad.numpy(), xt.grad.numpy(), "float32", "large conv2d input gradient", tol_scale=10)
