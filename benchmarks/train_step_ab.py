@@ -11,7 +11,8 @@ gradient as a transposed convolution, the weight gradient with the columns read 
 backward in closed form, `nn.functional._batch_norm_vjp`), fwd (cpu training convolutions' forward per image,
 `nn.functional._forward_per_image`: back to the folded product), pool (max pooling's direct gradient kernel,
 `nn.functional._max_pool_train`: back to im2col columns, or a reduction over tiles), dw (the cpu depthwise weight
-gradient kernel, plait/graph/ops/depthwise_grad_c.py: back to patch columns and GEMVs).
+gradient kernel, plait/graph/ops/depthwise_grad_c.py: back to patch columns and GEMVs), plain (large weights'
+gradients as dy @ columns^T, `nn.functional.WGRAD_PLAIN_MIN`: back to the swapped product and a transposing copy).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ def old_parts(names: list[str]) -> Iterator[None]:
     if "dw" in names:
         saved["depthwise_grad_c.supports"] = F.depthwise_grad_c.supports
         F.depthwise_grad_c.supports = lambda node, win: False
+    if "plain" in names:
+        saved["WGRAD_PLAIN_MIN"] = F.WGRAD_PLAIN_MIN
+        F.WGRAD_PLAIN_MIN = 1 << 62  # every folded weight gradient swapped, then transposed
     try:
         yield
     finally:
