@@ -97,11 +97,13 @@ def test_weight_gradient_gathers_without_row_table(device: str, monkeypatch: pyt
     assert_close(got[0], dy @ _columns(x, win).T, "float32", "conv_t GEMM, no row table", tol_scale=10)
 
 
-def _step(device: str, n: int, c: int, hw: int, co: int, k: int, stride: int, pad: int, groups: int = 1):
+def _step(
+    device: str, n: int, c: int, hw: int, co: int, k: int, stride: int, pad: int, groups: int = 1, dilation: int = 1
+):
     """A convolution with a recorded gradient, its loss against fixed weights, and the gradients' nodes."""
     x = plait.tensor(rand((n, c, hw, hw), seed=1), device=device, requires_grad=True)
     w = plait.tensor(rand((co, c // groups, k, k), seed=2), device=device, requires_grad=True)
-    y = F.conv2d(x, w, stride=stride, padding=pad, groups=groups)
+    y = F.conv2d(x, w, stride=stride, padding=pad, groups=groups, dilation=dilation)
     g = rand(y.shape, seed=3)
     loss = (y * plait.tensor(g, device=device)).sum()
     seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
@@ -160,24 +162,26 @@ def test_folded_forward_runs_winograd(device: str) -> None:
     assert not [it for it in items if it.out.op == "im2col"]
 
 
-GEOMETRIES = [  # n, c, hw, co, k, stride, padding, groups
-    (3, 5, 11, 20, 3, 2, 1, 1),
-    (2, 3, 9, 20, 3, 1, 1, 1),  # 3x3 stride 1: Winograd with '2' below
-    (2, 3, 19, 16, 11, 4, 2, 1),  # alexnet's first layer, small
-    (2, 8, 9, 32, 3, 2, 1, 2),  # two groups: each group's rows of the columns
+GEOMETRIES = [  # n, c, hw, co, k, stride, padding, groups, dilation
+    (3, 5, 11, 20, 3, 2, 1, 1, 1),
+    (2, 3, 9, 20, 3, 1, 1, 1, 1),  # 3x3 stride 1: Winograd with '2' below
+    (2, 3, 19, 16, 11, 4, 2, 1, 1),  # alexnet's first layer, small
+    (2, 8, 9, 32, 3, 2, 1, 2, 1),  # two groups: each group's rows of the columns
+    (2, 4, 12, 20, 3, 1, 2, 1, 2),  # dilated
+    (2, 8, 9, 24, 1, 2, 0, 1, 1),  # a strided 1x1 (resnet's downsampling)
 ]
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
 @pytest.mark.parametrize("geo", GEOMETRIES)
 def test_training_gradients_match_torch(device: str, geo: tuple[int, ...]) -> None:
-    n, c, hw, co, k, stride, pad, groups = geo
+    n, c, hw, co, k, stride, pad, groups, dilation = geo
     with settings.override(PLAIT_WINOGRAD_CL="2"):
-        x, w, y, g, grads = _step(device, n, c, hw, co, k, stride, pad, groups)
+        x, w, y, g, grads = _step(device, n, c, hw, co, k, stride, pad, groups, dilation)
         got = [y.numpy(), plait.Tensor(grads[w.node.uid]).numpy(), plait.Tensor(grads[x.node.uid]).numpy()]
     xt = torch.tensor(x.numpy(), dtype=torch.float64, requires_grad=True)
     wt = torch.tensor(w.numpy(), dtype=torch.float64, requires_grad=True)
-    yt = torch.nn.functional.conv2d(xt, wt, stride=stride, padding=pad, groups=groups)
+    yt = torch.nn.functional.conv2d(xt, wt, stride=stride, padding=pad, groups=groups, dilation=dilation)
     (yt * torch.tensor(g, dtype=torch.float64)).sum().backward()
     for what, have, want in zip(("output", "weight gradient", "input gradient"), got, (yt, wt.grad, xt.grad)):
         assert_close(have, want.detach().numpy().astype(np.float32), "float32", f"conv2d {geo} {what}", tol_scale=20)
