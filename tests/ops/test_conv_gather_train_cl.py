@@ -26,6 +26,7 @@ CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
 KNOBS = [
     {"V": 3, "MMA": 0, "BM": 32, "BN": 32, "BK": 16, "WM": 16, "WN": 16},  # the 3xTF32 twin, edges in every tile
     {"V": 3, "MMA": 0, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32},  # the weight gradients' tiles
+    {"V": 3, "MMA": 0, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64},  # the wide ones'
     {},  # the FP32 template
     {"V": 2, "TSK": 8},
 ]
