@@ -15,13 +15,38 @@ from plait.dtypes import DType
 
 _MATH = ("exp", "log", "sqrt", "fabs", "tanh", "sin", "cos", "erf", "floor", "ceil", "pow", "fmod")
 TEAM_SUFFIX = "_team"  # the symbol of a kernel's entry as one step of a running team
+# The buffer a team run's threads share (the C GEMM's packed B, Winograd's input tiles): one per team run, passed
+# to every step as the argument after the kernel's own, grown to the largest request. Every thread of a step gets the
+# same pointer with no barrier (steps are separated by the runner's barriers, so growing it never frees memory in
+# use); plait_team_shared returns 0 to a kernel run alone, which hands one thread's buffer to its team instead.
+TEAM_CELL = """//@shared-begin plait_team_cell
+#include <sched.h>
+#include <stdlib.h>
+typedef struct { float* buf; size_t cap; int lock; } plait_team_cell;
+static __thread plait_team_cell* plait_team_now;
+static float* plait_team_shared(size_t n) {
+  plait_team_cell* c = plait_team_now;
+  if (!c) return 0;
+  if (__atomic_load_n(&c->cap, __ATOMIC_ACQUIRE) >= n) return c->buf;
+  while (__atomic_exchange_n(&c->lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
+  if (c->cap < n) {
+    free(c->buf);
+    c->buf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    __atomic_store_n(&c->cap, n, __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE);
+  return c->buf;
+}
+//@shared-end
+"""
 
 
 def entry_points(name: str, params: list[str], body: str, library: str = "") -> str:
     """The C functions of kernel `name` with parameters `params` (declarations, pointers) and `body` (statements),
     after `library` (the shared code it calls): `name_run` holds the body; `name(...)` runs it on its own, inside a
     parallel region of its own when the source shares work (`#pragma omp for`), else serially; `name_team(args)` runs
-    it as one step of a team already running (plait_run_team), every thread passing the same argument array. No
+    it as one step of a team already running (plait_run_team), every thread passing the same argument array (the
+    kernel's arguments, then the team's TEAM_CELL). No
     entry ends with a barrier of its own: a lone call ends with its region, a team step is followed by the runner's
     barrier, so a kernel's last worksharing loop is `nowait`. A source that opens its own parallel regions (custom
     kernels written with `#pragma omp parallel for`) keeps the one plain function and runs as a launch of its own."""
@@ -32,10 +57,13 @@ def entry_points(name: str, params: list[str], body: str, library: str = "") -> 
     names = [re.findall(r"\w+", p)[-1] for p in params]
     args = ", ".join(f"a[{i}]" for i in range(len(params)))
     alone, step = ("#pragma omp parallel\n", "") if shared else ("", "#pragma omp single nowait\n")
+    cell = "plait_team_shared(" in library  # only library code asks for the team's buffer
+    enter, leave = (f"  plait_team_now = a[{len(params)}];\n", "  plait_team_now = 0;\n") if cell else ("", "")
     return (
-        f"{library}static __attribute__((noinline)) void {name}_run({', '.join(params)}) {{\n{body}}}\n"
+        f"{TEAM_CELL if cell else ''}{library}"
+        f"static __attribute__((noinline)) void {name}_run({', '.join(params)}) {{\n{body}}}\n"
         f"void {name}({', '.join(params)}) {{\n{alone}  {name}_run({', '.join(names)});\n}}\n"
-        f"void {name}{TEAM_SUFFIX}(void* const* a) {{\n{step}  {name}_run({args});\n}}\n"
+        f"void {name}{TEAM_SUFFIX}(void* const* a) {{\n{enter}{step}  {name}_run({args});\n{leave}}}\n"
     )
 
 

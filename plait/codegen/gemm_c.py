@@ -410,8 +410,8 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   int fr = !images && cols % {nr} && cols % {nr} <= {FRINGE_MAX} ? (int)(cols % {nr}) : 0;
   long jf = cols - fr, ldf = (kcm + 15) / 16 * 16;
   /* split rows share one packing of B (per image: every k block, all panels) instead of each packing it again */
-  float* shared = 0;
-  if (rtasks > 1) {{ /* one thread's buffer, its address given to the whole team */
+  float* shared = rtasks > 1 ? plait_team_shared((size_t)(nb * k * npad)) : 0; /* a team step: the run's buffer */
+  if (rtasks > 1 && !shared) {{ /* run alone: one thread's buffer, its address given to the whole team */
 #pragma omp single copyprivate(shared)
     shared = plait_shared_scratch((size_t)(nb * k * npad));
   }}

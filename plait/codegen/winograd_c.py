@@ -358,9 +358,11 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
   long chunk = {V_BUDGET}L / (vblock * (long)sizeof(float));
   if (chunk < 1) chunk = 1;
   if (chunk > blocks) chunk = blocks;
-  float* V;
+  float* V = plait_team_shared((size_t)(chunk * vblock)); /* a team step: the run's buffer */
+  if (!V) {{ /* run alone: one thread's buffer, its address given to the whole team */
 #pragma omp single copyprivate(V)
-  V = plait_shared_scratch((size_t)(chunk * vblock));
+    V = plait_shared_scratch((size_t)(chunk * vblock));
+  }}
   /* every thread of the team runs the chunk loop (its loops are orphaned worksharing: see plait/codegen/c.py) */
   for (long b0 = 0; b0 < blocks; b0 += chunk) {{
     long nb = blocks - b0 < chunk ? blocks - b0 : chunk;

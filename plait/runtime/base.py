@@ -89,7 +89,8 @@ def join_sources(kernels: list[tuple[str, str]]) -> str:
 
     for src, name in kernels:
         src = _SHARED.sub(keep_first, src)
-        cut = src.find(f"void {name}(")
+        found = re.search(rf"void {re.escape(name)}(_run)?\(", src)  # a C kernel's body function comes first
+        cut = found.start() if found else -1
         cut = src.rfind("\n", 0, cut) + 1 if cut > 0 else 0
         head, body = src[:cut], src[cut:]
         if head and head in seen:

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,13 @@ LIBS = ["-lmvec", "-lm"]
 # barrier between consecutive kernels, so the (passive, sleeping) threads are woken once per call instead of once
 # per kernel, and one ctypes call replaces one per kernel. The last kernel's writes are complete when the region ends.
 TEAM_RUNNER = """#include <omp.h>
+#include <stdlib.h>
 typedef void (*plait_team_fn)(void* const*);
+/* Free a team run's shared buffer (plait/codegen/c.py TEAM_CELL: its first field). */
+void plait_team_release(float** cell) {
+  free(cell[0]);
+  cell[0] = 0;
+}
 void plait_run_team(int n, const plait_team_fn* fns, void* const* const* args) {
 #pragma omp parallel
   for (int i = 0; i < n; i++) {
@@ -117,13 +124,17 @@ def _program(lib: ctypes.CDLL, name: str) -> CPUProgram:
 
 
 class TeamRun:
-    """Kernels run as the steps of one parallel region (plait_run_team), their argument arrays built once."""
+    """Kernels run as the steps of one parallel region (plait_run_team), their argument arrays built once: each
+    step's buffers, then the run's shared-buffer cell (plait/codegen/c.py TEAM_CELL), freed with the run."""
 
-    def __init__(self, runner: Any, steps: list[tuple[int, list[Buffer]]]):
-        self.args = [(ctypes.c_void_p * len(bufs))(*(b.handle.ctypes.data for b in bufs)) for _, bufs in steps]
+    def __init__(self, lib: ctypes.CDLL, steps: list[tuple[int, list[Buffer]]]):
+        self.cell = (ctypes.c_uint64 * 3)()
+        cell = ctypes.addressof(self.cell)
+        self.args = [(ctypes.c_void_p * (len(b) + 1))(*(x.handle.ctypes.data for x in b), cell) for _, b in steps]
         self.fns = (ctypes.c_void_p * len(steps))(*(team for team, _ in steps))
         self.table = (ctypes.c_void_p * len(steps))(*(ctypes.addressof(a) for a in self.args))
-        self.call = functools.partial(runner, len(steps), self.fns, self.table)
+        self.call = functools.partial(lib.plait_run_team, len(steps), self.fns, self.table)
+        weakref.finalize(self, lib.plait_team_release, self.cell)
 
     def __call__(self) -> None:
         self.call()
@@ -138,6 +149,7 @@ class CPUDevice(Device):
         self.renderer = CRenderer()
         self.allocator = CPUAllocator(self)
         self._programs: dict[str, CPUProgram] = {}
+        self._team: ctypes.CDLL | None = None
         cores = os.cpu_count() or 1
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         self.info = DeviceInfo("cpu", _cpu_name(), cores, mem, driver=_cc_version(self.cc))
@@ -159,14 +171,21 @@ class CPUDevice(Device):
                 run.append(la)
                 continue
             if len(run) > 1:
-                runner = self.compile(TEAM_RUNNER, "plait_run_team").fn
-                out.append(TeamRun(runner, [(r.program.team, r.buffers) for r in run]))
+                out.append(TeamRun(self._team_lib(), [(r.program.team, r.buffers) for r in run]))
             else:
                 out += super().chain(run)
             run = []
             if la is not None:
                 out += super().chain([la])
         return out
+
+    def _team_lib(self) -> ctypes.CDLL:
+        """The library of plait_run_team and plait_team_release (built once, then from the kernel cache)."""
+        if self._team is None:
+            self._team = self._load(self._key(TEAM_RUNNER), TEAM_RUNNER)
+            self._team.plait_run_team.restype = None
+            self._team.plait_team_release.restype = None
+        return self._team
 
     def _key(self, source: str) -> str:
         return cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), source)

@@ -19,7 +19,7 @@ import plait.nn.functional as F
 from plait import settings
 from plait.codegen.cstyle import RenderedKernel
 from plait.runtime import get_device
-from plait.runtime.base import Buffer, Device
+from plait.runtime.base import Buffer, Device, join_sources
 from plait.runtime.cpu import TeamRun
 from plait.schedule.plan import Launch, Plan, read, run_launches
 
@@ -212,3 +212,18 @@ def test_team_runs_split_around_a_kernel_that_opens_its_own_region(threads: int)
     run_launches(device, chained)
     assert [_read(device, o, 2) for o in out] == [[threads, 1]] * 4
     assert _read(device, s, 4) == [11, 22, 33, 44]
+
+
+def test_kernels_sharing_a_helper_build_as_one_translation_unit() -> None:
+    """Two kernels whose sources define the same helper (integer power) still join into one library: the text
+    before each kernel's body function is kept once."""
+    device = get_device("cpu")
+    f = plait.jit(lambda a, b: (a**b).sum(axis=1) + ((a + 1) ** b).sum(axis=0)[:3], device="cpu")
+    a, b = np.arange(12, dtype=np.int32).reshape(3, 4) % 5, np.full((3, 4), 3, np.int32)
+    plan, _ = f.plan_for([a, b])
+    pairs = [(k.source, k.name) for k in plan.kernels if "plait_ipow(" in k.source]
+    assert len(pairs) == 2
+    joined = join_sources(pairs)
+    assert joined.count("long plait_ipow(") == 1
+    device._build(joined)
+    np.testing.assert_array_equal(f(a, b), (a**b).sum(axis=1) + ((a + 1) ** b).sum(axis=0)[:3])
