@@ -44,6 +44,11 @@ class Item:
 SPLIT_WIDE_PARTS = 64  # devices whose reductions split this many ways or more have cores to spare per output
 GROUP_SPLIT_TARGET = 1056  # work-groups a group-split reduction aims for on such devices: 8 per SM of an H100
 GROUP_SPLIT_MIN_PER_ITEM = 4  # fewest values each work-item of a group-split partial sums
+# A group-split reduction with at least this many outputs runs as one work-group per output and no second stage:
+# 512 work-groups of 256 (about 1000 work-items per SM of an H100) keep enough loads in flight, and the second
+# stage's launch costs more than the extra partials gain. Batch norm's stacked moments and backward sums over 256+
+# channels (resnet's 14x14 and 7x7 layers at batch 64: 2 or 3 partials each before) lose a launch each.
+GROUP_SPLIT_ONE_STAGE = 512
 
 
 def _split_reductions(order: list[Node], parts: int) -> bool:
@@ -52,10 +57,10 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
 
     On devices split `parts` ways (OpenCL: 256) each partial is a work-group of `parts` work-items that combine
     their sums in local memory (`rsplit`'s fourth argument), and an output gets as many partials as bring the
-    reduction to about GROUP_SPLIT_TARGET work-groups (one when it has that many outputs: then there is no second
-    stage). That covers reductions with up to 16 * parts outputs and 8 * parts or more values each: the
-    per-channel sums of batch norm in a training step (64 to 512 channels over N*H*W = 3k-200k values) ran one
-    work-item per channel (86-93% of an H100 training step at batch 64), then 256 work-items per channel
+    reduction to about GROUP_SPLIT_TARGET work-groups (one when it has GROUP_SPLIT_ONE_STAGE outputs or more: then
+    there is no second stage). That covers reductions with up to 16 * parts outputs and 8 * parts or more values
+    each: the per-channel sums of batch norm in a training step (64 to 512 channels over N*H*W = 3k-200k values)
+    ran one work-item per channel (86-93% of an H100 training step at batch 64), then 256 work-items per channel
     (16k work-items for 64 channels: too few loads in flight to reach more than ~230 GB/s).
     A work-group reads consecutive positions of the reduced axes, so this needs them to include the innermost
     axis: a reduction over outer axes only (a bias gradient's sum over rows) keeps adjacent work-items on adjacent
@@ -75,6 +80,7 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
         op = node.op[1:]
         if wide and inner:
             p = max(1, min(-(-GROUP_SPLIT_TARGET // node.size), red // (GROUP_SPLIT_MIN_PER_ITEM * parts)))
+            p = 1 if node.size >= GROUP_SPLIT_ONE_STAGE else p
             group = parts
         elif wide:
             p, group = min(parts, red // 64), 1

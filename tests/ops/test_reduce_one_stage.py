@@ -1,0 +1,49 @@
+"""On devices that split reductions into work-groups (OpenCL), a reduction with GROUP_SPLIT_ONE_STAGE outputs or
+more runs as one work-group per output with no second-stage launch (batch norm's stacked moments and backward sums
+over 256+ channels); fewer outputs keep their partials. Batch norm's training gradients through that form against
+PyTorch on every device."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import plait
+import plait.nn.functional as F
+from plait.graph import autodiff
+from plait.schedule.scheduler import GROUP_SPLIT_ONE_STAGE, schedule
+from tests.helpers import assert_close, rand
+
+
+def _reduce_items(node: plait.Tensor) -> list[tuple]:
+    return [it.out.arg for it in schedule([node.node], 256) if it.kind == "reduce"]
+
+
+def test_many_outputs_take_one_stage() -> None:
+    """512 channels over 4 * 32 * 32 values: one work-group each, one launch; 128 channels over the same length
+    still split (a second stage sums the partials)."""
+    assert GROUP_SPLIT_ONE_STAGE == 512
+    wide = plait.tensor(np.zeros((4, 512, 32, 32), np.float32)).sum(axis=(0, 2, 3))
+    assert _reduce_items(wide) == [("sum", (0, 2, 3), 1, 256)]
+    narrow = plait.tensor(np.zeros((4, 128, 32, 32), np.float32)).sum(axis=(0, 2, 3))
+    items = _reduce_items(narrow)
+    assert len(items) == 2 and items[0][2] > 1, items
+
+
+def test_batch_norm_gradients_over_256_channels_match_torch(device: str) -> None:
+    """The stacked moments (2 x 256 outputs) and backward sums take the one-stage form on OpenCL."""
+    xs, ws, bs = rand((2, 256, 32, 32), seed=1), rand((256,), seed=2), rand((256,), seed=3)
+    x = plait.tensor(xs, device=device, requires_grad=True)
+    w = plait.tensor(ws, device=device, requires_grad=True)
+    b = plait.tensor(bs, device=device, requires_grad=True)
+    y = F.relu(F.batch_norm(x, None, None, w, b, training=True))
+    loss = (y * y).sum()
+    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+    g = autodiff.gradients(loss.node, seed, [x.node, w.node, b.node])
+    got = [plait.Tensor(g[t.node.uid]).numpy() for t in (x, w, b)]
+    ref = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in (xs, ws, bs)]
+    yr = torch.relu(torch.nn.functional.batch_norm(ref[0], None, None, ref[1], ref[2], True))
+    (yr * yr).sum().backward()
+    for name, have, want in zip(("x", "weight", "bias"), got, ref, strict=True):
+        assert want.grad is not None
+        assert_close(have, want.grad.numpy(), "float32", f"batch norm gradient of {name}", tol_scale=20)
