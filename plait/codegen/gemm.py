@@ -145,6 +145,9 @@ def render_c(
     # the GEMV of a matrix-vector product runs transposed: its column index is the product's row
     rows, cols = ("(j0 + j)", "(i0 + i)") if vec else ("(i0 + i)", "(j0 + j)")
     coords = _tile_coords(epi.root.shape, spec.batch, m, n, rows, cols) if epi is not None else None
+    if coords is not None and spec.conv is not None and m == 1:
+        # a depthwise kernel's epilogue runs on `mr` consecutive planes at once (row i is plane bz + i)
+        coords = [c.replace("bz", "(bz + i)") for c in coords]
     stmts, res, params = _epi(r, epi, "v", index, "      ", "int" if narrow else "long", coords)
     epi_fn, extra, epilogue, holder = "0", "0", "", ""
     if epi is not None:

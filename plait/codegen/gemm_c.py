@@ -867,8 +867,7 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
     for (long b0 = 0; b0 < batch; b0 += 16) {
       int lanes = batch - b0 < 16 ? (int)(batch - b0) : 16;
       plait_dw_lanes(b0, lanes, inner, n, A, sab, sai, X, sxb, sxi, g, C);
-      if (epi)
-        for (int l = 0; l < lanes; l++) epi(C + (b0 + l) * (long)n, b0 + l, 0, 0, 1, n, extra);
+      if (epi) epi(C + b0 * (long)n, b0, 0, 0, lanes, n, extra); /* the group's planes are rows of one call */
     }
     return;
   }
