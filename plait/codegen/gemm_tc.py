@@ -42,6 +42,7 @@ from plait.codegen.gemm import (
     conv_gather,
     conv_t_gather,
     conv_wide,
+    nchw_a_at,
 )
 from plait.errors import DeviceError, UnsupportedError
 
@@ -428,6 +429,19 @@ def _rows_gather(spec: GemmSpec) -> Callable[[str, str, str, str], tuple[str, st
     return gather
 
 
+def _a_operand(spec: GemmSpec, bm: int, bk: int, nt: int) -> _Operand:
+    """A's tile loader: a strided view, or (`a_nchw`) the output gradient read in place from its NCHW buffer, one
+    float per load (a K tile's run may cross an image's plane)."""
+    _, _, sam, sak = spec.a
+    if spec.a_nchw is None:
+        return _Operand("A", bm, spec.m, bk, sam, sak, _aligned(spec, "a"), nt)
+
+    def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
+        return "", f"({cond}) ? a[{nchw_a_at(spec, row, f'{k0} + {k}')}] : 0.0f"
+
+    return _Operand("A", bm, spec.m, bk, sam, sak, False, nt, gather=gather)
+
+
 def _b_operand(spec: GemmSpec, bn: int, bk: int, nt: int, fold: bool, table: bool = False) -> tuple[_Operand, str]:
     """B's tile loader and the linear index of output element (gm, gn) in C. With `fold` the batch runs along
     the columns: column gn of the one wide product is column gn % n of batch gn / n. With `table` an implicit
@@ -502,8 +516,7 @@ def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue |
     warps_n, warps = bn // wn, (bm // wm) * (bn // wn)
     nt = wk * warps * 32
     m, k = spec.m, spec.k
-    _, _, sam, sak = spec.a
-    a = _Operand("A", bm, m, bk, sam, sak, _aligned(spec, "a"), nt)
+    a = _a_operand(spec, bm, bk, nt)
     fold = bool(kn.get("FOLD"))
     table = spec.conv is not None and bool(kn["GT"]) and _table_fits(spec)
     b, c_at = _b_operand(spec, bn, bk, nt, fold, table)
