@@ -377,6 +377,11 @@ def _conv_vjp(
     p = out.shape[2] * out.shape[3]
     direct = g == c == co and x.node.device.startswith("opencl") and depthwise_cl.supports(win)
     direct_c = g == c == co and depthwise_grad_c.supports(x.node, win)
+    # OpenCL: a 1x1 stride-1 convolution's input gradient is the 1x1 convolution of dy with the weight transposed,
+    # one product per image reading dy and writing the input's NCHW shape in place, instead of a folded product
+    # into the (C, N*P) columns' layout that then also needs dy copied into that layout (resnet50 b64's 1x1 layers)
+    pointwise = (kh, kw, win.sh, win.sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)
+    transposed = transposed or (pointwise and folded and g == 1 and x.node.device.startswith("opencl"))
     # the rule keeps nodes, not Tensors: a live Tensor marks its value as one the caller can read, which a plan
     # then may not reuse (plait/schedule/plan.py, `held`); the patch columns are only the weight gradient's
     x_node, cols_node, w_node = x.node, cols.node, weight.node

@@ -65,19 +65,23 @@ def _relu_step(device: str, n: int, c: int, hw: int, co: int, k: int, stride: in
 
 
 def _dy_copies(items: list) -> list:
-    """Kernels writing the output gradient permuted to (C, N*P)."""
-    return [it for it in items if it.kind == "elementwise" and it.out.op == "reshape" and len(it.out.shape) == 3]
+    """Kernels writing the output gradient (32 channels) permuted to (C, N*P)."""
+    return [it for it in items if it.kind == "elementwise" and it.out.op == "reshape" and it.out.shape[-2:-1] == (32,)]
 
 
 def test_stride_one_weight_gradient_reads_dy_in_place() -> None:
     """Stride 1: the input gradient reads dy as NCHW and the weight gradient's chunks read that buffer too (across
-    images through a_nchw, whole images as a strided view); no (C, N*P) copy is made. Stride 2: the input
-    gradient's column product reads the copy, so it stays."""
+    images through a_nchw, whole images as a strided view); no (C, N*P) copy is made, for a 1x1 layer on OpenCL
+    neither of dy nor of the input gradient. Stride 2: the input gradient's column product reads the copy, so it
+    stays."""
     x, w, _, grads = _relu_step("cpu", 4, 8, 12, 32, 3, 1, 1)
     items = schedule([grads[w.node.uid], grads[x.node.uid]], 256, **OPENCL_FLAGS)
     wgrads = [it for it in items if it.gemm is not None and it.gemm.conv_t is not None]
     assert wgrads and not _dy_copies(items)
     assert all(it.inputs[0].shape == (4, 32, 12, 12) for it in wgrads)
+    x, w, _, grads = _relu_step("opencl", 4, 8, 12, 32, 1, 1, 0)  # 1x1: the input gradient is a 1x1 convolution
+    items = schedule([grads[w.node.uid], grads[x.node.uid]], 256, **OPENCL_FLAGS)
+    assert not _dy_copies(items) and not [it for it in items if it.kind == "elementwise" and it.out.shape == x.shape]
     x, w, _, grads = _relu_step("cpu", 4, 8, 12, 32, 3, 2, 1)
     items = schedule([grads[w.node.uid], grads[x.node.uid]], 256, **OPENCL_FLAGS)
     assert _dy_copies(items)
