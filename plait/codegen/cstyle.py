@@ -18,11 +18,19 @@ from plait.graph.node import Node
 class RenderedKernel:
     """Source text plus what the runtime needs to launch it."""
 
-    def __init__(self, name: str, source: str, global_size: tuple[int, ...], local_size: tuple[int, ...] | None):
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        global_size: tuple[int, ...],
+        local_size: tuple[int, ...] | None,
+        writes: int = 1,
+    ):
         self.name = name
         self.source = source
         self.global_size = global_size
         self.local_size = local_size
+        self.writes = writes  # how many leading buffer arguments the kernel writes (the output first)
 
 
 _IDENTITY = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
@@ -193,6 +201,22 @@ class CStyleRenderer:
         simd_ok = b.cat_parts <= MAX_SIMD_CAT_PARTS
         lines, gs, ls = self._loop(b, head, root.shape, out.size, idx_t, out.size * max(1, len(b.lines)), simd_ok)
         return self._finish("E", out, params, lines, gs, ls)
+
+    def render_elementwise_group(self, out: Node, writes: list[Node], inputs: list[Node]) -> RenderedKernel:
+        """One kernel computing several elementwise outputs of out's size at each index: `out` (b0) and `writes`,
+        which lead `inputs` as buffers it fills (scheduler._merge_final_writes: one launch instead of one each)."""
+        params, names = self._params(out, inputs)
+        for i, w in enumerate(writes, 1):
+            params[i] = self.param(w.dtype, f"b{i}", True)
+        idx_t = self.idx_type(out.size, *(n.size for n in inputs))
+        b = ExprBuilder(self, {k: v for k, v in names.items() if k not in {w.uid for w in writes}}, idx_t)
+        for name, node in [("b0", out), *((names[w.uid], w) for w in writes)]:
+            v = b.value(node, Idx(node.shape, linear="gid"))
+            b.lines.append(self.store(node.dtype, name, "gid", v))
+        lines, gs, ls = self.parallel_for("gid", out.size, b.lines, idx_t, out.size * max(1, len(b.lines)))
+        k = self._finish("E", out, params, lines, gs, ls)
+        k.writes = 1 + len(writes)
+        return k
 
     def _row_width(self, shape: tuple[int, ...]) -> tuple[int, int] | None:
         """(axis, width) of the row loop over `shape`'s last axis longer than 1, when the dialect loops rows, the

@@ -58,6 +58,8 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
         return kernel(r, item.out, item.inputs)
     if item.kind == "reduce":
         return r.render_reduce(item.out, item.out, item.inputs)
+    if "writes" in item.extra:
+        return r.render_elementwise_group(item.out, item.extra["writes"], item.inputs)
     return r.render_elementwise(item.out, item.out, item.inputs)
 
 
@@ -223,12 +225,12 @@ class Plan:
                 continue
             nbytes = item.out.size * item.out.dtype.itemsize
             out_buf = self.buffers[item.out.uid] = _place(self.device, nbytes, slot, slots)
-            if item.out.size == 0:
+            if item.out.size == 0 or item.kind == "written":  # a later merged kernel fills a written buffer
                 continue
             k = render(self.device, item)
             _dump(k)
             pending.append((k, [out_buf] + [self._buffer_of(n) for n in item.inputs]))
-        built = [i for i in self.items if i.kind != "alias" and i.out.size]  # the items `pending` holds kernels of
+        built = [i for i in self.items if i.kind not in ("alias", "written") and i.out.size]  # `pending`'s items
         # a plan with inputs keeps its leaf buffers bound: work on constants alone (Winograd weight transforms of
         # model parameters) runs once, here, instead of on every replay
         once = [bool(i.extra.get("constant")) for i in built]

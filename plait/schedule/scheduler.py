@@ -645,8 +645,68 @@ def schedule(
     items = _fuse_epilogues(items, users, {n.uid for n in outputs})
     if constants_once:
         _mark_constants(items)
+    if split_parts >= SPLIT_WIDE_PARTS:
+        items = _merge_final_writes(items, {n.uid for n in outputs})
     items = _winograd_cl(items, constants_once) if winograd_cl else items
     return _winograd(items, constants_once) if winograd else items
+
+
+MERGE_WRITES_MAX = 16  # outputs one merged kernel writes at most
+MERGE_BUFFERS_MAX = 64  # buffer arguments of a merged kernel at most (OpenCL guarantees 1024 bytes of them)
+
+
+def _merge_final_writes(items: list[Item], outputs: set[int]) -> list[Item]:
+    """On devices where a launch costs more than a small kernel's work (OpenCL on a GPU: ~5 us each), elementwise
+    outputs of the same size that no later kernel reads become one kernel writing them all: an optimizer's update
+    and batch norm's running statistics were one launch per parameter and statistic (resnet50: ~320 per step, most
+    over 64-2048 values). The merged kernel takes the last member's place (every member's inputs are ready there,
+    and nothing between reads a member's output); the other members stay as "written" items, buffers that kernel
+    fills (item.extra["writes"])."""
+    last_read: dict[int, int] = {}
+    for i, it in enumerate(items):
+        for x in it.inputs:
+            last_read[x.uid] = i
+    groups: dict[tuple[int, str], list[list[int]]] = {}
+    for i, it in enumerate(items):
+        if (
+            it.kind != "elementwise"
+            or it.out.uid not in outputs
+            or it.out.size == 0
+            or it.extra
+            or last_read.get(it.out.uid, -1) > i
+        ):
+            continue
+        runs = groups.setdefault((it.out.size, it.out.dtype.name), [[]])
+        run = runs[-1]
+        ins = {x.uid for j in run for x in items[j].inputs} | {x.uid for x in it.inputs}
+        if len(run) >= MERGE_WRITES_MAX or len(ins) + len(run) + 1 > MERGE_BUFFERS_MAX:
+            runs.append(run := [])
+        run.append(i)
+    merged: dict[int, Item] = {}  # the last member's index -> the merged kernel
+    written: set[int] = set()
+    for runs in groups.values():
+        for run in runs:
+            if len(run) < 2:
+                continue
+            members = [items[j] for j in run]
+            inputs = list({x.uid: x for m in members for x in m.inputs}.values())
+            last = members[-1]
+            writes = [m.out for m in members[:-1]]
+            merged[run[-1]] = Item(last.out, writes + inputs, "elementwise", extra={"writes": writes})
+            written.update(run[:-1])
+    if not merged:
+        return items
+    out: list[Item] = []
+    for i, it in enumerate(items):
+        if i in written:
+            continue
+        if i in merged:
+            m = merged[i]
+            out += [Item(w, [], "written") for w in m.extra["writes"]]
+            out.append(m)
+            continue
+        out.append(it)
+    return out
 
 
 def _mark_constants(items: list[Item]) -> None:

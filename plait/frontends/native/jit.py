@@ -170,7 +170,7 @@ class _Recorded:
         self.inputs = inputs
         self.outputs = outputs
         self.single = single
-        self.made: dict[int, tuple[weakref.ref[Any], tuple[str, int]]] = {}  # after release(): id -> (buffer, where)
+        self.made: dict[int, tuple[weakref.ref[Any], tuple[str, int, int]]] = {}  # after release(): id -> (buf, where)
         self.stubs: list[list[_Stub]] = []  # after release(): per launch, its buffers
 
     def copied_outputs(self) -> Any:
@@ -190,7 +190,7 @@ class _Recorded:
         for launch in self.cap.launches:
             launch.buffers = []
 
-    def made_by(self, buf: Any) -> tuple[str, int] | None:
+    def made_by(self, buf: Any) -> tuple[str, int, int] | None:
         """Where this (released) call made `buf`, if it made it."""
         ref, where = self.made.get(id(buf), (None, None))
         return where if ref is not None and ref() is buf else None
@@ -202,7 +202,7 @@ class _Stub:
     made it (None: made before the call)."""
 
     ref: weakref.ref[Any]
-    made: tuple[str, int] | None
+    made: tuple[str, int, int] | None
 
 
 def _pack(outs: list[Tensor], single: bool) -> Any:
@@ -270,7 +270,7 @@ class _Replay:
                     continue  # a temporary or an input, made at the same point of both calls
                 src = a.made_by(bb)
                 if pa is None and pb is None and src is not None and src[0] == "launch":
-                    written = b.cap.launches[src[1]].buffers[0]
+                    written = b.cap.launches[src[1]].buffers[src[2]]
                     if carries.setdefault(id(bb), (bb, written))[1] is not written:
                         raise TraceError(
                             f"plait.compile_step({name}): state buffer read in two roles ({lb.kernel.name})"
@@ -342,16 +342,18 @@ def _same_kernels(first: _Recorded, second: _Recorded, name: str) -> None:
             )
 
 
-def _producers(r: _Recorded) -> dict[int, tuple[str, int]]:
-    """Where each buffer a traced call made came from: ('launch', index), ('upload', index) or ('input', index)."""
-    made: dict[int, tuple[str, int]] = {}
+def _producers(r: _Recorded) -> dict[int, tuple[str, int, int]]:
+    """Where each buffer a traced call made came from: ('launch', index, which of the kernel's outputs: 0 but for
+    kernels writing several), ('upload', index, 0) or ('input', index, 0)."""
+    made: dict[int, tuple[str, int, int]] = {}
     for i, buf in enumerate(r.inputs):
         if buf is not None:
-            made[id(buf)] = ("input", i)
+            made[id(buf)] = ("input", i, 0)
     for i, (buf, _, _) in enumerate(r.cap.uploads):
-        made.setdefault(id(buf), ("upload", i))
+        made.setdefault(id(buf), ("upload", i, 0))
     for i, launch in enumerate(r.cap.launches):
-        made[id(launch.buffers[0])] = ("launch", i)
+        for slot in range(launch.kernel.writes):
+            made[id(launch.buffers[slot])] = ("launch", i, slot)
     return made
 
 
