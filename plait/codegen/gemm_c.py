@@ -103,15 +103,16 @@ static float* plait_shared_scratch(size_t n) {
   return buf;
 }
 
-/* Rows [pc, pc+kc) and columns [j0, j1) of a strided B into panels of nr columns (bp[panel][p][j]); column j
-   lands at panel position pos + j - j0, columns past n are zero. Row-contiguous B is copied row by row, any other
+/* Rows [pc, pc+kc) and columns [j0, j1) of a strided B into panels of nr columns (bp[panel][p][j], panels ldp rows
+   apart: a k block packed in parts has ldp > kc); column j lands at panel position pos + j - j0, columns past n are
+   zero. Row-contiguous B is copied row by row, any other
    column by column (a transposed B is then read sequentially, one page at a time). */
-static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int j0, int j1, int n, int nr,
+static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int ldp, int j0, int j1, int n, int nr,
                          float* bp, int pos) {
   for (int j = j0; j < j1;) {
     int t = pos + j - j0, pj = t % nr, run = nr - pj;
     if (j1 - j < run) run = j1 - j;
-    float* d = bp + (long)(t - pj) * kc + pj;
+    float* d = bp + (long)(t - pj) * ldp + pj;
     int w = n - j < run ? (n - j > 0 ? n - j : 0) : run;
     if (sbn == 1) {
       for (int p = 0; p < kc; p++) {
@@ -132,14 +133,14 @@ static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int
 /* The same panels gathered from an image (channels x h x w): column j reads output position (j / ow, j % ow).
    The columns split once into runs that stay inside one panel and one output row; for every row k of the patch
    matrix each run is then one strided run of an input row: zero padding and a copy, with no division. */
-static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, int j0, int j1, int n, int nr,
+static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, int ldp, int j0, int j1, int n, int nr,
                            float* bp, int pos) {
   int kk = g->kh * g->kw, hw = g->h * g->w, s = g->sw, nseg = 0;
   int sdst[j1 - j0 + 1], slen[j1 - j0 + 1], soy[j1 - j0 + 1], sox[j1 - j0 + 1];
   for (int j = j0; j < j1;) {
     int t = pos + j - j0, pj = t % nr, run = nr - pj;
     if (j1 - j < run) run = j1 - j;
-    sdst[nseg] = (t - pj) * kc + pj;
+    sdst[nseg] = (t - pj) * ldp + pj;
     if (j >= n) {
       soy[nseg] = -1;
     } else {
@@ -198,10 +199,10 @@ static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, i
 /* Panels for columns [g0, g1) of B: with `images` > 0 the columns of all images side by side (column g is column
    g % n of image g / n; past the last image, zeros), else of the one B at `b`. */
 static void plait_pack(const float* b, long sbb, long sbi, long inner, long images, long sbk, long sbn,
-                       const plait_win* win, int pc, int kc, long g0, long g1, int n, int nr, float* bp) {
+                       const plait_win* win, int pc, int kc, int ldp, long g0, long g1, int n, int nr, float* bp) {
   if (!images) {
-    if (win) plait_pack_win(b, win, pc, kc, (int)g0, (int)g1, n, nr, bp, 0);
-    else plait_pack_b(b, sbk, sbn, pc, kc, (int)g0, (int)g1, n, nr, bp, 0);
+    if (win) plait_pack_win(b, win, pc, kc, ldp, (int)g0, (int)g1, n, nr, bp, 0);
+    else plait_pack_b(b, sbk, sbn, pc, kc, ldp, (int)g0, (int)g1, n, nr, bp, 0);
     return;
   }
   for (long g = g0; g < g1;) {
@@ -209,8 +210,8 @@ static void plait_pack(const float* b, long sbb, long sbi, long inner, long imag
     long end = img == images - 1 || (img + 1) * n > g1 ? g1 : (img + 1) * n;
     int j = (int)(g - img * n), j1 = (int)(end - img * n);
     const float* x = b + img / inner * sbb + img % inner * sbi;
-    if (win) plait_pack_win(x, win, pc, kc, j, j1, n, nr, bp, (int)(g - g0));
-    else plait_pack_b(x, sbk, sbn, pc, kc, j, j1, n, nr, bp, (int)(g - g0));
+    if (win) plait_pack_win(x, win, pc, kc, ldp, j, j1, n, nr, bp, (int)(g - g0));
+    else plait_pack_b(x, sbk, sbn, pc, kc, ldp, j, j1, n, nr, bp, (int)(g - g0));
     g = end;
   }
 }
@@ -417,12 +418,17 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   }}
   {{ /* every thread of the team runs this block (its loops are orphaned worksharing: see plait/codegen/c.py) */
     if (shared) {{
+      /* in parts of up to {KC_MAX} rows, so a long k block is packed by every thread, not by one */
+      int parts = (kcm + {KC_MAX - 1}) / {KC_MAX};
 #pragma omp for schedule(dynamic, 1)
-      for (long u = 0; u < nb * nkb; u++) {{
-        long bz = u / nkb;
-        int pc = (int)(u % nkb) * kcm, kc = k - pc < kcm ? k - pc : kcm;
+      for (long u = 0; u < nb * nkb * parts; u++) {{
+        long bz = u / (nkb * parts);
+        int pc = (int)(u / parts % nkb) * kcm, kc = k - pc < kcm ? k - pc : kcm, p0 = (int)(u % parts) * {KC_MAX};
+        if (p0 >= kc) continue;
+        int rows = kc - p0 < {KC_MAX} ? kc - p0 : {KC_MAX};
         const float* b = images ? B : B + bz / inner * sbb + bz % inner * sbi;
-        plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, 0, npad, n, {nr}, shared + bz * k * npad + pc * npad);
+        plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc + p0, rows, kc, 0, npad, n, {nr},
+                   shared + bz * k * npad + pc * npad + (long)p0 * {nr});
       }}
     }}
 #pragma omp for schedule(dynamic, 1) nowait
@@ -446,7 +452,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
       for (int pc = 0; pc < k; pc += kcm) {{
         int kc = k - pc < kcm ? k - pc : kcm, last = pc + kc >= k;
         if (shared) bp = shared + bz * k * npad + pc * npad + j0 * kc;
-        else plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, j0, j1, n, {nr}, bp);
+        else plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, kc, j0, j1, n, {nr}, bp);
         /* rows are read in place when contiguous along k; else (and a partial last block) packed, zero-padded */
         int direct = sak == 1, packed_to = i1;
         if (!direct || (i1 - i0) % {mr}) {{
