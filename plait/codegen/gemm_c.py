@@ -916,7 +916,7 @@ def _transpose16() -> str:
 DEPTHWISE = DEPTHWISE.replace("//@transpose16\n", _transpose16())
 
 
-DW_FLAT_ROWS = (10, 28)  # stride-1 depthwise layers with rows of this many outputs (from, below) run as plait_dw_flat
+DW_FLAT_ROWS = (10, 29)  # stride-1 depthwise layers with rows of this many outputs (from, below) run as plait_dw_flat
 DW_LANES_MAX = 4096  # other stride-1 output planes up to this many pixels (56x56) run across the vector lanes
 DW_MODES = {"rows": 0, "lanes": 1, "flat": 2}  # plait_dwconv's `lanes` argument per kernel
 
@@ -924,11 +924,11 @@ DW_MODES = {"rows": 0, "lanes": 1, "flat": 2}  # plait_dwconv's `lanes` argument
 def dw_kernel(win: Any) -> str:
     """Which kernel runs a depthwise convolution on the cpu: "lanes" (16 planes across the vector lanes,
     plait_dw_lanes) for strided layers, which the plane-wise kernels do not handle; for stride 1, "flat" (64-output
-    runs spanning rows, plait_dw_flat) for rows of 10-27 outputs, "lanes" for narrower rows and planes up to 56x56,
+    runs spanning rows, plait_dw_flat) for rows of 10-28 outputs, "lanes" for narrower rows and planes up to 56x56,
     "rows" (plait_dw_plane) for wider planes. Measured inside whole mobilenet_v2 plans at batch 1 and 16, each layer
-    both ways in turn (docs/benchmarks.md): on 14x14 planes the lanes kernel's two 16x16 transposes per 16 pixels
-    cost more than the flat runs' padded positions (1.5x at batch 16), on 7x7 planes the per-plane copies and calls
-    cost more than the transposes, and on 28x28 and 56x56 planes the two are within 10% (lanes ahead at batch 1)."""
+    both ways in turn (docs/benchmarks.md): on 14x14 and 28x28 planes the lanes kernel's two 16x16 transposes per 16
+    pixels cost more than the flat runs' padded positions (1.1-1.5x), on 7x7 planes the per-plane copies and calls
+    cost more than the transposes, and on 56x56 planes lanes and flat runs are even at batch 1, lanes ahead at 16."""
     if win.sh > 1 or win.sw > 1:
         return "lanes"
     if DW_FLAT_ROWS[0] <= win.ow < DW_FLAT_ROWS[1]:
