@@ -56,16 +56,19 @@ def test_depthwise_gradients_match_torch(device: str, case: tuple) -> None:
 
 def test_depthwise_input_gradient_is_a_depthwise_convolution() -> None:
     """A stride-1 depthwise convolution's input gradient gathers from the output gradient (an implicit depthwise
-    convolution with the flipped weight) instead of a product per tap and a col2im; its weight gradient keeps
-    the forward's patch columns (one im2col)."""
+    convolution with the flipped weight) instead of a product per tap and a col2im; on the cpu its weight gradient
+    is one kernel reading the input in place (plait/graph/ops/depthwise_grad_c.py), so the forward gathers from the
+    image too: no patch columns at all."""
     x = plait.tensor(rand((2, 8, 10, 10), seed=1), device="cpu", requires_grad=True)
     w = plait.tensor(rand((8, 1, 3, 3), seed=2), device="cpu", requires_grad=True)
     loss = (F.conv2d(x, w, padding=1, groups=8) * plait.tensor(rand((2, 8, 10, 10), seed=3))).sum()
     seed = plait.Tensor.from_numpy(np.ones((), np.float32), device="cpu").node
     grads = autodiff.gradients(loss.node, seed, [x.node, w.node])
     items = Plan([loss.node, grads[x.node.uid], grads[w.node.uid]]).items
-    assert [it.out.op for it in items if it.out.op in ("im2col", "col2im")] == ["im2col"]
-    assert sum(it.gemm is not None and it.gemm.conv is not None for it in items) == 1
+    assert [it.out.op for it in items if it.out.op in ("im2col", "col2im", "depthwise_wgrad_c")] == [
+        "depthwise_wgrad_c"
+    ]
+    assert sum(it.gemm is not None and it.gemm.conv is not None for it in items) == 2
 
 
 @pytest.mark.parametrize(("x_grad", "w_grad"), [(False, True), (True, False)], ids=["weight-only", "input-only"])
