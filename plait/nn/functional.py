@@ -379,9 +379,12 @@ def _conv_vjp(
     direct_c = g == c == co and depthwise_grad_c.supports(x.node, win)
     # OpenCL: a 1x1 stride-1 convolution's input gradient is the 1x1 convolution of dy with the weight transposed,
     # one product per image reading dy and writing the input's NCHW shape in place, instead of a folded product
-    # into the (C, N*P) columns' layout that then also needs dy copied into that layout (resnet50 b64's 1x1 layers)
+    # into the (C, N*P) columns' layout that then also needs dy copied into that layout (resnet50 b64's 1x1 layers).
+    # The columns are then views of x, which must be x's own (a reshape of a reshape skips x: a max pool's output),
+    # since the rule's contributions reach only ancestors of `out`
     pointwise = (kh, kw, win.sh, win.sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)
-    transposed = transposed or (pointwise and folded and g == 1 and x.node.device.startswith("opencl"))
+    pointwise = pointwise and folded and g == 1 and x.node.device.startswith("opencl") and _views_of(cols.node, x.node)
+    transposed = transposed or pointwise
     # the rule keeps nodes, not Tensors: a live Tensor marks its value as one the caller can read, which a plan
     # then may not reuse (plait/schedule/plan.py, `held`); the patch columns are only the weight gradient's
     x_node, cols_node, w_node = x.node, cols.node, weight.node
@@ -419,6 +422,13 @@ def _conv_vjp(
         return grads
 
     custom_vjp(out.node, rule)
+
+
+def _views_of(node: Node, x: Node) -> bool:
+    """True when `node` is `x` seen through movement ops, each reading the one before (x stays in the graph)."""
+    while node is not x and node.op in ("reshape", "permute") and node.srcs:
+        node = node.srcs[0]
+    return node is x
 
 
 # weights this large take dy @ columns^T on the cpu (see `_conv_vjp`): one thread, resnet18 b16's 512x4608 over

@@ -100,3 +100,37 @@ def test_gradients_match_torch(device: str, geo: tuple[int, ...]) -> None:
     (torch.relu(yt) * torch.tensor(g, dtype=torch.float64)).sum().backward()
     for what, have, want in zip(("weight gradient", "input gradient"), got, (wt.grad, xt.grad), strict=True):
         assert_close(have, want.detach().numpy().astype(np.float32), "float32", f"conv2d {geo} {what}", tol_scale=20)
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_pointwise_convolutions_after_max_pool_match_torch(device: str) -> None:
+    """Two 1x1 convolutions reading a max pool's output (resnet's first bottleneck and its downsampling): the pool's
+    output is a reshape that the columns' reshape folds away, so the input gradient keeps the columns' form there
+    (a contribution to a node off the graph would be lost); the gradients below the pool against torch."""
+    xs, ws = rand((2, 8, 8, 8), seed=1), [rand(s, seed=i) for i, s in enumerate([(8, 8, 3, 3), (16, 8, 1, 1)], 2)]
+    gs = [rand((2, 16, 4, 4), seed=5), rand((2, 8, 4, 4), seed=6)]
+
+    def grads(lib: str) -> list[np.ndarray]:
+        if lib == "torch":
+            leaves = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (xs, *ws)]
+            conv, pool, relu, const = (
+                torch.nn.functional.conv2d,
+                torch.nn.functional.max_pool2d,
+                torch.relu,
+                torch.tensor,
+            )
+        else:
+            leaves = [plait.tensor(v, device=device, requires_grad=True) for v in (xs, *ws)]
+            conv, pool, relu = F.conv2d, F.max_pool2d, F.relu
+
+            def const(v: np.ndarray) -> plait.Tensor:
+                return plait.tensor(v, device=device)
+
+        x, w0, w1 = leaves
+        h = pool(relu(conv(x, w0, padding=1)), 3, 2, 1)
+        loss = (relu(conv(h, w1)) * const(gs[0])).sum() + (conv(h, w0[:, :, 1:2, 1:2]) * const(gs[1])).sum()
+        loss.backward()
+        return [np.asarray(v.grad.numpy(), np.float32) for v in leaves]
+
+    for what, have, want in zip(("x", "w0", "w1"), grads("plait"), grads("torch"), strict=True):
+        assert_close(have, want, "float32", f"{what} through 1x1 convolutions after a max pool", tol_scale=20)
