@@ -478,6 +478,10 @@ def _output_gradients_in_place(
         specs = [gemm_ops[u][2] for u in users]
         if not all(sp.m > MAX_ROWS and sp.a[2:] == (span, 1) and _rows_within(sp, span, c) for sp in specs):
             continue
+        maybe = [_nchw_spec(sp, plane, c * plane, span) for sp in specs]
+        in_place = [sp for sp in maybe if sp is not None]
+        if len(in_place) < len(specs):
+            continue
         view = strided_view(x, realize)
         root = x
         if view is not None and view[1] == 0 and view[0].size == x.size:
@@ -486,10 +490,8 @@ def _output_gradients_in_place(
         if root is x and not x.realized:
             realize.add(x.uid)
         realize.discard(a.uid)
-        for u in users:
-            _, b, sp = gemm_ops[u]
-            plain = _nchw_view(sp, plane, c * plane, span)
-            gemm_ops[u] = (root, b, plain or replace(sp, a_nchw=(plane, c * plane)))
+        for u, sp in zip(users, in_place, strict=True):
+            gemm_ops[u] = (root, gemm_ops[u][1], sp)
 
 
 def _nchw_source(a: Node) -> Node | None:
@@ -501,6 +503,19 @@ def _nchw_source(a: Node) -> Node | None:
     x = p.srcs[0]
     n, c, h, w = x.shape
     return x if a.shape[-1] == n * h * w and math.prod(a.shape[:-1]) == c else None
+
+
+def _nchw_spec(spec: GemmSpec, plane: int, image: int, span: int) -> GemmSpec | None:
+    """`spec` reading its A from the NCHW buffer: a strided view (`_nchw_view`), else gathered across images
+    (`a_nchw`), except in the products that take 128x128 tiles (`tune._wide_weight_gradient`): there the gather,
+    one float per load, cost more than the copy it saves (vgg16 b64 on an H100: `32x256x2304x6272` 4.92 -> 5.70 ms,
+    `8x512x4608x6272` 4.89 -> 5.56, against copies of 51M and 26M floats); None then."""
+    from plait.tune import _wide_weight_gradient
+
+    plain = _nchw_view(spec, plane, image, span)
+    if plain is not None:
+        return plain
+    return None if _wide_weight_gradient(spec) else replace(spec, a_nchw=(plane, image))
 
 
 def _nchw_view(spec: GemmSpec, plane: int, image: int, span: int) -> GemmSpec | None:

@@ -5,6 +5,8 @@ strided view. Kernels against NumPy, schedules, and whole gradients against PyTo
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -16,7 +18,7 @@ from plait.codegen.gemm import GemmSpec
 from plait.errors import UnsupportedError
 from plait.graph import autodiff
 from plait.graph.ops.conv import Window
-from plait.schedule.scheduler import schedule
+from plait.schedule.scheduler import _nchw_spec, schedule
 from tests.conftest import DEVICES
 from tests.helpers import assert_close, rand
 from tests.ops.test_conv_gather_train_cl import KNOBS, OPENCL_FLAGS, _columns, _run
@@ -134,3 +136,17 @@ def test_pointwise_convolutions_after_max_pool_match_torch(device: str) -> None:
 
     for what, have, want in zip(("x", "w0", "w1"), grads("plait"), grads("torch"), strict=True):
         assert_close(have, want, "float32", f"{what} through 1x1 convolutions after a max pool", tol_scale=20)
+
+
+def test_wide_products_crossing_images_keep_the_copy() -> None:
+    """vgg16 b64's 56x56 layer: chunks of two images in the 128x128-tile products keep reading the (C, N*P) copy
+    (the per-float gather measured slower than the copy), narrower products gather across images, chunks within
+    one image read the NCHW buffer as a strided view."""
+    span, plane, image = 64 * 3136, 3136, 256 * 3136
+    win = Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1, fold=True)
+    wide = GemmSpec(32, 256, 2304, 6272, (0, 6272, span, 1), (0, 6272, 1, span), conv_t=win)
+    assert _nchw_spec(wide, plane, image, span) is None
+    narrow = dataclasses.replace(wide, m=64, n=576)
+    assert _nchw_spec(narrow, plane, 64 * plane, span) == dataclasses.replace(narrow, a_nchw=(plane, 64 * plane))
+    within = GemmSpec(64, 256, 2304, 3136, (0, 3136, span, 1), (0, 3136, 1, span), conv_t=win)
+    assert _nchw_spec(within, plane, image, span) == dataclasses.replace(within, a=(0, image, plane, 1))
