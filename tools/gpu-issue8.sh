@@ -19,7 +19,10 @@ for stage in "$@"; do
         tests/ops/test_gemm_tc.py tests/ops/test_gemm_conv_cl.py tests/ops/test_winograd_cl.py \
         tests/ops/test_depthwise_cl.py tests/ops/test_split_k_linear_cl.py tests/ops/test_plan_constants.py \
         tests/ops/test_backward_split.py tests/ops/test_tune_model.py tests/nn/test_compile_step.py \
-        tests/nn/test_conv_training.py tests/nn/test_jit_retrace.py 2>&1 | tail -15
+        tests/nn/test_conv_training.py tests/nn/test_jit_retrace.py tests/nn/test_merged_update.py \
+        tests/ops/test_bn_recompute_cl.py tests/ops/test_conv_gather_train_cl.py tests/ops/test_depthwise_grad_cl.py \
+        tests/ops/test_reduce_one_stage.py tests/ops/test_wgrad_nchw_cl.py tests/ops/test_wgrad_split_cl.py \
+        2>&1 | tail -15
       echo "pytest exit status ${PIPESTATUS[0]}"
       ;;
     infer)
