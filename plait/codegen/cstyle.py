@@ -36,6 +36,9 @@ class RenderedKernel:
 _IDENTITY = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
 MAX_SIMD_CAT_PARTS = 8  # an elementwise kernel whose cats join more sources than this loops without `simd`
 UNROLL_REDUCE = 16  # reductions over at most this many elements are written out term by term
+# a group-split sum over a stack of at most this many members (batch norm's two moments, its two backward sums)
+# sums every member in one work-group, so the activation or gradient they share is read once
+MAX_STACK_MEMBERS = 4
 ROW_MIN_WIDTH = 8  # row loops need rows at least this long (shorter ones loop flat: a vector would sit half idle)
 ROW_MIN_COUNT = 4  # ... and at least this many rows to share among threads
 
@@ -45,16 +48,45 @@ def _value_at_r(
 ) -> tuple[str, list[str]]:
     """`src` at output coordinates `ocs` with the reduced axes at linear position `r`: the value's expression and
     the statements computing it, kept apart from b's lines (they go inside the reduction loop)."""
+    vs, inner = _values_at_r(b, src, [ocs], axes, red)
+    return vs[0], inner
+
+
+def _values_at_r(
+    b: ExprBuilder, src: Node, ocss: list[list[str]], axes: tuple[int, ...], red: tuple[int, ...]
+) -> tuple[list[str], list[str]]:
+    """`_value_at_r` at several output coordinates in one loop body: loads the values share (the same buffer at
+    the same position) are made once."""
     saved_lines, saved_cache = b.lines, dict(b.cache)
     inner: list[str] = []
     b.lines = inner
     rcs = b.coords(Idx(red, linear="r")) if len(red) > 1 else ["r"]
-    full = list(ocs)
-    for a, c in zip(axes, rcs, strict=True):
-        full[a] = c
-    v = b.value(src, Idx(src.shape, coords=full))
+    vs = []
+    for ocs in ocss:
+        full = list(ocs)
+        for a, c in zip(axes, rcs, strict=True):
+            full[a] = c
+        vs.append(b.value(src, Idx(src.shape, coords=full)))
     b.lines, b.cache = saved_lines, saved_cache
-    return v, inner
+    return vs, inner
+
+
+def _stacked_members(src: Node, buffers: dict[int, str]) -> int:
+    """How many members a reduction over `src` that keeps axis 0 can sum in one loop: src.shape[0] (2 to
+    MAX_STACK_MEMBERS) where src's fused expression stacks its members along axis 0 (batch norm's moments and
+    backward sums: each member reads the same activation or gradient), else 1."""
+    if len(src.shape) < 2 or not 1 < src.shape[0] <= MAX_STACK_MEMBERS:
+        return 1
+    todo, seen = [src], set()
+    while todo:
+        n = todo.pop()
+        if n.uid in seen or n.uid in buffers:
+            continue
+        seen.add(n.uid)
+        if n.op == "cat" and n.arg == 0 and n.shape[0] == src.shape[0]:
+            return src.shape[0]
+        todo.extend(n.srcs)
+    return 1
 
 
 class CStyleRenderer:
@@ -318,7 +350,9 @@ class CStyleRenderer:
         """A partial reduction (rsplit) whose every partial is a work-group of `group` work-items: work-group w sums
         positions (w % parts) * group + lid, stepping parts * group, so a warp reads consecutive positions of the
         reduced axes (coalesced where they are the innermost), then the group combines its sums as a tree in local
-        memory. Only dialects with work-groups and local memory (`group_ids`) render it."""
+        memory. A sum over a stack along axis 0 (`_stacked_members`) sums all members in each work-group, one
+        accumulator each, writing member m's partial at m * (out.size / members) + w. Only dialects with
+        work-groups and local memory (`group_ids`) render it."""
         if self.group_ids is None:
             raise NotImplementedError(f"{self.dialect} has no work-groups for a group-split reduction")
         op, axes, parts = root.arg[:3]
@@ -326,42 +360,46 @@ class CStyleRenderer:
         keep = tuple(1 if i in axes else s for i, s in enumerate(src.shape))
         red = tuple(src.shape[a] for a in axes)
         total = math.prod(red)
+        members = _stacked_members(src, names) if op == "sum" and 0 not in axes else 1
         idx_t = self.idx_type(out.size * group, src.size, *(n.size for n in root.srcs))
         b = ExprBuilder(self, names, idx_t)
         grp, lid = self.group_ids
         w = b.tmp(idx_t, grp, "w")
         li = b.tmp(idx_t, lid, "l")
         o = b.tmp(idx_t, f"{w} / {parts}", "o")
-        ocs = b.coords(Idx(keep, linear=o))
+        ocs = b.coords(Idx((1, *keep[1:]) if members > 1 else keep, linear=o))
         ct = self.compute_type(src.dtype)
         lines = b.lines
-        lines.append(f"{ct} acc = {self.literal(_reduce_init(op, src.dtype), src.dtype)};")
+        accs = [f"acc{m}" for m in range(members)] if members > 1 else ["acc"]
+        lines += [f"{ct} {a} = {self.literal(_reduce_init(op, src.dtype), src.dtype)};" for a in accs]
         nan_flag = src.dtype.is_float and op in ("max", "min")
         if nan_flag:
             lines.append("int nanf = 0;")
-        v, inner = _value_at_r(b, src, ocs, axes, red)
-        inner.append("acc = " + _combine(op, "acc", v) + ";")
+        ocss = [[str(m), *ocs[1:]] for m in range(members)] if members > 1 else [ocs]
+        vs, inner = _values_at_r(b, src, ocss, axes, red)
+        inner += [f"{a} = {_combine(op, a, v)};" for a, v in zip(accs, vs, strict=True)]
         if nan_flag:
-            inner.append(f"nanf |= {v} != {v};")
+            inner.append(f"nanf |= {vs[0]} != {vs[0]};")
         lo, step = f"({w} % {parts}) * {group} + {li}", str(parts * group)
         lines.extend(self.reduce_loop("r", lo, str(total), step, inner, idx_t, "acc", op, nan_flag))
         if nan_flag:
             lines.append("if (nanf) acc = NAN;")
         # NaN stays NaN through the tree: a max/min takes the other value only when it is larger/smaller or NaN
         pick = {"max": ">", "min": "<"}.get(op)
-        other = f"sh[{li} + s]"
-        comb = f"({other} {pick} sh[{li}] || {other} != {other}) ? {other} : sh[{li}]" if pick else None
-        lines += [
-            f"{self.local_prefix} {ct} sh[{group}];",
-            f"sh[{li}] = acc;",
-            self.barrier,
-            f"for (int s = {group // 2}; s > 0; s >>= 1) {{",
-            f"  if ({li} < s) sh[{li}] = " + (comb if comb else _combine(op, f"sh[{li}]", other)) + ";",
-            f"  {self.barrier}",
-            "}",
-            f"if ({li} == 0) " + self.store(out.dtype, "b0", w, "sh[0]"),
-        ]
-        return self._finish("R", out, params, lines, (out.size * group,), (group,))
+        lines.append(f"{self.local_prefix} {ct} sh[{group * members}];")
+        lines += [f"sh[{li} + {m * group}] = {a};" if m else f"sh[{li}] = {a};" for m, a in enumerate(accs)]
+        lines += [self.barrier, f"for (int s = {group // 2}; s > 0; s >>= 1) {{", f"  if ({li} < s) {{"]
+        for m in range(members):
+            at = f"{li} + {m * group}" if m else li
+            mine, other = f"sh[{at}]", f"sh[{at} + s]"
+            comb = f"({other} {pick} {mine} || {other} != {other}) ? {other} : {mine}" if pick else None
+            lines.append(f"    {mine} = " + (comb if comb else _combine(op, mine, other)) + ";")
+        lines += ["  }", f"  {self.barrier}", "}", f"if ({li} == 0) {{"]
+        each = out.size // members
+        for m in range(members):
+            lines.append("  " + self.store(out.dtype, "b0", f"{w} + {m * each}" if m else w, f"sh[{m * group}]"))
+        lines.append("}")
+        return self._finish("R", out, params, lines, (each * group,), (group,))
 
     def _render_unrolled_reduce(
         self,

@@ -9,6 +9,7 @@ from typing import Any
 
 from plait import dtypes
 from plait.codegen import winograd_c, winograd_cl
+from plait.codegen.cstyle import MAX_STACK_MEMBERS
 from plait.codegen.expr import strides_of
 from plait.codegen.gemm import GemmSpec
 from plait.graph.node import Node, toposort
@@ -79,7 +80,10 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
             continue
         op = node.op[1:]
         if wide and inner:
-            p = max(1, min(-(-GROUP_SPLIT_TARGET // node.size), red // (GROUP_SPLIT_MIN_PER_ITEM * parts)))
+            # a sum over a stack along axis 0 sums its members in one work-group (cstyle `_stacked_members`)
+            members = src.shape[0] if op == "sum" and 0 not in node.arg and 1 < src.shape[0] <= MAX_STACK_MEMBERS else 1
+            groups = node.size // members
+            p = max(1, min(-(-GROUP_SPLIT_TARGET // groups), red // (GROUP_SPLIT_MIN_PER_ITEM * parts)))
             p = 1 if node.size >= GROUP_SPLIT_ONE_STAGE else p
             group = parts
         elif wide:
