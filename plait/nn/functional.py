@@ -508,8 +508,6 @@ def _pool(
     fill = -math.inf if op == "max" else 0.0
     xp = x.pad(((0, 0), (0, 0), (ph, ph + eh), (pw, pw + ew)), fill) if ph or pw or eh or ew else x
     if op == "max" and x.requires_grad and grad_enabled():
-        if x.device.startswith("opencl"):
-            return _max_pool_gather(xp, (kh, kw), (sh, sw), (dh, dw), (oh, ow))
         return _max_pool_cols(xp, (kh, kw), (sh, sw), (dh, dw))
     views = _windows(xp, (kh, kw), (sh, sw), (dh, dw), (oh, ow))
     # an elementwise chain over the kh*kw strided views: one fused, branch-free kernel with no window tensor
@@ -554,43 +552,6 @@ def _tiled_pool(x: Tensor, op: str, kh: int, kw: int) -> Tensor:
         return tiles.max(axis=(3, 5))
     total = tiles.sum(axis=(3, 5))
     return total if op == "sum" else total / float(kh * kw)
-
-
-def _max_pool_gather(
-    xp: Tensor, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int], out_hw: tuple[int, int]
-) -> Tensor:
-    """Max pooling of an already padded input under autograd on OpenCL, with no im2col columns: the forward is the
-    chain of maxima over the kh*kw strided views (one fused kernel), and its gradient gathers, per input position,
-    the windows that cover it. Ties split a window's gradient evenly, as the max reduction's gradient does: each
-    output's gradient is divided by its count of maxima first, then every tap's share (x at the tap equals the
-    window's maximum) is placed back on the input grid by a dilating reshape and a pad, and the kh*kw placements
-    summed. On resnet's 3x3/2 stem pool at batch 64 the columns form wrote and read 462 MB twice (im2col, a
-    broadcast pass over the columns and a col2im)."""
-    views = _windows(xp, kernel, stride, dilation, out_hw)
-    y = functools.reduce(Tensor.maximum, views)
-    x_node, y_ref = xp.node, weakref.ref(y.node)
-    kw, (sh, sw), (dh, dw), (oh, ow) = kernel[1], stride, dilation, out_hw
-    n, c, hp, wp = xp.shape
-
-    def rule(grad: Node) -> list[tuple[Node, Node]]:
-        y_node = y_ref()
-        if y_node is None:
-            raise PlaitError(f"max_pool2d over {xp.shape}: backward reached a pooled output that no longer exists")
-        yt, taps = Tensor(y_node), _windows(Tensor(x_node), kernel, stride, dilation, out_hw)
-        hits = [(t == yt).astype(xp.dtype) for t in taps]
-        share = Tensor(grad) / functools.reduce(Tensor.__add__, hits)
-        rows, cols = (oh - 1) * sh + 1, (ow - 1) * sw + 1
-        placed = []
-        for k, hit in enumerate(hits):
-            y0, x0 = (k // kw) * dh, (k % kw) * dw
-            spread = (hit * share).reshape(n, c, oh, 1, ow, 1)
-            spread = spread.pad(((0, 0), (0, 0), (0, 0), (0, sh - 1), (0, 0), (0, sw - 1)))
-            grid = spread.reshape(n, c, oh * sh, ow * sw)[:, :, :rows, :cols]
-            placed.append(grid.pad(((0, 0), (0, 0), (y0, hp - y0 - rows), (x0, wp - x0 - cols))))
-        return [(x_node, functools.reduce(Tensor.__add__, placed).node)]
-
-    custom_vjp(y.node, rule)
-    return y
 
 
 def _max_pool_cols(xp: Tensor, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]) -> Tensor:
