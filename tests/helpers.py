@@ -113,3 +113,28 @@ def run_gemm_kernel(device: str, kern: Any, batch: int, m: int, n: int, a: np.nd
     for buf in bufs:
         al.free(buf.nbytes, buf.handle)
     return out
+
+
+def check_batch_norm_training(device: str, shape: tuple[int, ...]) -> None:
+    """Training-mode batch norm (relu after, squared loss) on `device`: the output and the gradients of x, weight and
+    bias against PyTorch in float64."""
+    import plait.nn.functional as F
+    from plait.graph import autodiff
+
+    c = shape[1]
+    xs, ws, bs = rand(shape, seed=1), rand((c,), seed=2), rand((c,), seed=3)
+    x = plait.tensor(xs, device=device, requires_grad=True)
+    w = plait.tensor(ws, device=device, requires_grad=True)
+    b = plait.tensor(bs, device=device, requires_grad=True)
+    y = F.relu(F.batch_norm(x, None, None, w, b, training=True))
+    loss = (y * y).sum()
+    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+    g = autodiff.gradients(loss.node, seed, [x.node, w.node, b.node])
+    got = [plait.Tensor(g[t.node.uid]).numpy() for t in (x, w, b)]
+    ref = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in (xs, ws, bs)]
+    yr = torch.relu(torch.nn.functional.batch_norm(ref[0], None, None, ref[1], ref[2], True))
+    (yr * yr).sum().backward()
+    assert_close(y.numpy(), yr.detach().numpy(), "float32", "batch norm output", tol_scale=20)
+    for name, have, want in zip(("x", "weight", "bias"), got, ref, strict=True):
+        assert want.grad is not None
+        assert_close(have, want.grad.numpy(), "float32", f"batch norm gradient of {name}", tol_scale=20)

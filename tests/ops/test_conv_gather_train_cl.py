@@ -20,7 +20,7 @@ from plait.runtime import get_device
 from plait.schedule.scheduler import _grad_parts, _wide_grad_parts, schedule
 from plait.tune import _tc_heuristic
 from tests.conftest import DEVICES
-from tests.helpers import assert_close, rand
+from tests.helpers import assert_close, rand, run_gemm_kernel
 
 CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
 KNOBS = [
@@ -47,18 +47,8 @@ def _columns(x: np.ndarray, win: Window) -> np.ndarray:
 
 
 def _run(device: str, spec: GemmSpec, knobs: dict[str, int], a: np.ndarray, image: np.ndarray) -> np.ndarray:
-    dev = get_device(device)
-    kern = gemm.render_opencl(spec, knobs, dev.renderer)
-    al = dev.allocator
-    bufs = [al.alloc(4 * spec.batch * spec.m * spec.n), al.alloc(a.nbytes), al.alloc(image.nbytes)]
-    al.copy_in(bufs[1], a)
-    al.copy_in(bufs[2], image)
-    dev.compile(kern.source, kern.name).bind(bufs, kern.global_size, kern.local_size)()
-    out = np.empty((spec.batch, spec.m, spec.n), np.float32)
-    al.copy_out(bufs[0], out)
-    for buf in bufs:
-        al.free(buf.nbytes, buf.handle)
-    return out
+    kern = gemm.render_opencl(spec, knobs, get_device(device).renderer)
+    return run_gemm_kernel(device, kern, spec.batch, spec.m, spec.n, a, image)
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)

@@ -18,7 +18,7 @@ from plait.graph.ops.conv import Window
 from plait.runtime import get_device
 from plait.schedule.scheduler import schedule
 from tests.conftest import DEVICES
-from tests.helpers import assert_close
+from tests.helpers import assert_close, run_gemm_kernel
 
 CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
 SMALL = {"V": 3, "BM": 32, "BN": 32, "BK": 8, "WM": 16, "WN": 16}
@@ -49,18 +49,8 @@ def _conv_spec(n, c, h, w, co, kh, kw, stride, padding, dilation, groups) -> Gem
 
 
 def _run(device: str, spec: GemmSpec, knobs: dict[str, int], w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    dev = get_device(device)
-    kern = gemm.render_opencl(spec, knobs, dev.renderer)
-    al = dev.allocator
-    bufs = [al.alloc(4 * spec.batch * spec.m * spec.n), al.alloc(w.nbytes), al.alloc(x.nbytes)]
-    al.copy_in(bufs[1], w)
-    al.copy_in(bufs[2], x)
-    dev.compile(kern.source, kern.name).bind(bufs, kern.global_size, kern.local_size)()
-    out = np.empty((spec.batch, spec.m, spec.n), np.float32)
-    al.copy_out(bufs[0], out)
-    for buf in bufs:
-        al.free(buf.nbytes, buf.handle)
-    return out
+    kern = gemm.render_opencl(spec, knobs, get_device(device).renderer)
+    return run_gemm_kernel(device, kern, spec.batch, spec.m, spec.n, w, x)
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)

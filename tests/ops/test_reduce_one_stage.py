@@ -6,13 +6,10 @@ PyTorch on every device."""
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 import plait
-import plait.nn.functional as F
-from plait.graph import autodiff
 from plait.schedule.scheduler import GROUP_SPLIT_ONE_STAGE, schedule
-from tests.helpers import assert_close, rand
+from tests.helpers import check_batch_norm_training
 
 
 def _reduce_items(node: plait.Tensor) -> list[tuple]:
@@ -32,18 +29,4 @@ def test_many_outputs_take_one_stage() -> None:
 
 def test_batch_norm_gradients_over_256_channels_match_torch(device: str) -> None:
     """The stacked moments (2 x 256 outputs) and backward sums take the one-stage form on OpenCL."""
-    xs, ws, bs = rand((2, 256, 32, 32), seed=1), rand((256,), seed=2), rand((256,), seed=3)
-    x = plait.tensor(xs, device=device, requires_grad=True)
-    w = plait.tensor(ws, device=device, requires_grad=True)
-    b = plait.tensor(bs, device=device, requires_grad=True)
-    y = F.relu(F.batch_norm(x, None, None, w, b, training=True))
-    loss = (y * y).sum()
-    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
-    g = autodiff.gradients(loss.node, seed, [x.node, w.node, b.node])
-    got = [plait.Tensor(g[t.node.uid]).numpy() for t in (x, w, b)]
-    ref = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in (xs, ws, bs)]
-    yr = torch.relu(torch.nn.functional.batch_norm(ref[0], None, None, ref[1], ref[2], True))
-    (yr * yr).sum().backward()
-    for name, have, want in zip(("x", "weight", "bias"), got, ref, strict=True):
-        assert want.grad is not None
-        assert_close(have, want.grad.numpy(), "float32", f"batch norm gradient of {name}", tol_scale=20)
+    check_batch_norm_training(device, (2, 256, 32, 32))

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import plait
 import plait.nn.functional as F
-from plait.graph import autodiff
 from plait.runtime import get_device
 from plait.schedule.plan import render
 from plait.schedule.scheduler import schedule
-from tests.helpers import assert_close, rand
+from tests.helpers import check_batch_norm_training
 
 
 def test_stack_of_moments_renders_one_loop_reading_x_once() -> None:
@@ -42,20 +40,4 @@ def test_stack_of_moments_renders_one_loop_reading_x_once() -> None:
 def test_batch_norm_through_stacked_sums_matches_torch(device: str, shape: tuple[int, ...]) -> None:
     """Forward output and the gradients of x, weight and bias (relu after, squared loss) against PyTorch float64;
     the second shape's reduction length (2352) is not a multiple of the work-group."""
-    c = shape[1]
-    xs, ws, bs = rand(shape, seed=1), rand((c,), seed=2), rand((c,), seed=3)
-    x = plait.tensor(xs, device=device, requires_grad=True)
-    w = plait.tensor(ws, device=device, requires_grad=True)
-    b = plait.tensor(bs, device=device, requires_grad=True)
-    y = F.relu(F.batch_norm(x, None, None, w, b, training=True))
-    loss = (y * y).sum()
-    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
-    g = autodiff.gradients(loss.node, seed, [x.node, w.node, b.node])
-    got = [plait.Tensor(g[t.node.uid]).numpy() for t in (x, w, b)]
-    ref = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in (xs, ws, bs)]
-    yr = torch.relu(torch.nn.functional.batch_norm(ref[0], None, None, ref[1], ref[2], True))
-    (yr * yr).sum().backward()
-    assert_close(y.numpy(), yr.detach().numpy(), "float32", "batch norm output", tol_scale=20)
-    for name, have, want in zip(("x", "weight", "bias"), got, ref, strict=True):
-        assert want.grad is not None
-        assert_close(have, want.grad.numpy(), "float32", f"batch norm gradient of {name}", tol_scale=20)
+    check_batch_norm_training(device, shape)
