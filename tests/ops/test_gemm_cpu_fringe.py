@@ -9,20 +9,12 @@ import torch
 import plait
 import plait.nn.functional as F
 from plait.codegen import gemm, gemm_c
-from plait.runtime import get_device
-from tests.helpers import assert_close, rand
+from tests.helpers import assert_close, rand, run_gemm_kernel
 
 
 def _run(spec: gemm.GemmSpec, knobs: dict[str, int], a: np.ndarray, b: np.ndarray, out_shape) -> np.ndarray:
-    dev = get_device("cpu")
-    kern = gemm.render_c(spec, knobs)
-    bufs = [dev.allocator.alloc(4 * size) for size in (int(np.prod(out_shape)), a.size, b.size)]
-    dev.allocator.copy_in(bufs[1], a)
-    dev.allocator.copy_in(bufs[2], b)
-    dev.compile(kern.source, kern.name).bind(bufs, kern.global_size, kern.local_size)()
-    got = np.empty(out_shape, np.float32)
-    dev.allocator.copy_out(bufs[0], got)
-    return got
+    batch, m, n = out_shape
+    return run_gemm_kernel("cpu", gemm.render_c(spec, knobs), batch, m, n, a, b)
 
 
 @pytest.mark.parametrize(
