@@ -14,7 +14,7 @@ and input-gradient products are each one GEMM over all images.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from plait.codegen.cstyle import RenderedKernel
 from plait.errors import ShapeError
@@ -75,6 +75,60 @@ def col2im(cols: Node, win: Window) -> Node:
     if cols.shape != win.cols_shape:
         raise ShapeError(f"col2im: columns of shape {cols.shape} do not match the window geometry {win}")
     return Node("col2im", (cols,), win, (win.n, win.c, win.h, win.w), cols.dtype, cols.device)
+
+
+class TapGeometry(Protocol):
+    """A sliding window's geometry as the tap gathers read it (`Window`, and the pooling geometry whose output size
+    may count ceil-mode windows)."""
+
+    @property
+    def kh(self) -> int: ...
+    @property
+    def kw(self) -> int: ...
+    @property
+    def sh(self) -> int: ...
+    @property
+    def sw(self) -> int: ...
+    @property
+    def ph(self) -> int: ...
+    @property
+    def pw(self) -> int: ...
+    @property
+    def dh(self) -> int: ...
+    @property
+    def dw(self) -> int: ...
+    @property
+    def oh(self) -> int: ...
+    @property
+    def ow(self) -> int: ...
+
+
+def covering_taps(g: TapGeometry, inner: list[str], by_output: bool = False) -> list[str]:
+    """C lines visiting, for the input pixel (`iy`, `ix`), every kernel tap (ky, kx) whose window reads it,
+    in (ky, kx) order, with that window's output position (oy, ox) in scope for `inner`. A tap reads the pixel when
+    iy + ph - ky * dh is a multiple of the stride that lands on an output row (and likewise along x): the gather
+    form of a strided transposed convolution, which col2im, the strided depthwise input gradient and the max-pool
+    gradient share, so each input pixel is written once by one work-item (no atomics, a fixed order). `by_output`
+    visits the taps in reverse, so the windows in row-major output order (the order PyTorch adds a pool's
+    gradients)."""
+    ky_loop, kx_loop = (
+        (f"int ky = {g.kh - 1}; ky >= 0; ky--", f"int kx = {g.kw - 1}; kx >= 0; kx--")
+        if by_output
+        else (f"int ky = 0; ky < {g.kh}; ky++", f"int kx = 0; kx < {g.kw}; kx++")
+    )
+    return [
+        f"for ({ky_loop}) {{",
+        f"  int ty = iy + {g.ph} - ky * {g.dh};",
+        f"  if (ty < 0 || ty % {g.sh} != 0 || ty / {g.sh} >= {g.oh}) continue;",
+        f"  int oy = ty / {g.sh};",
+        f"  for ({kx_loop}) {{",
+        f"    int tx = ix + {g.pw} - kx * {g.dw};",
+        f"    if (tx < 0 || tx % {g.sw} != 0 || tx / {g.sw} >= {g.ow}) continue;",
+        f"    int ox = tx / {g.sw};",
+        *("    " + ln for ln in inner),
+        "  }",
+        "}",
+    ]
 
 
 def _ox_range(w: Window) -> list[str]:
@@ -177,16 +231,13 @@ def _col2im_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         f"int ix = gid % {w.w}; int iy = (gid / {w.w}) % {w.h}; long nc = gid / {w.h * w.w};",
         f"int c = nc % {w.c}; int n = nc / {w.c};",
         f"{ct} acc = 0;",
-        f"for (int ky = 0; ky < {w.kh}; ky++) {{",
-        f"  int ty = iy + {w.ph} - ky * {w.dh};",
-        f"  if (ty < 0 || ty % {w.sh} != 0 || ty / {w.sh} >= {w.oh}) continue;",
-        f"  for (int kx = 0; kx < {w.kw}; kx++) {{",
-        f"    int tx = ix + {w.pw} - kx * {w.dw};",
-        f"    if (tx < 0 || tx % {w.sw} != 0 || tx / {w.sw} >= {w.ow}) continue;",
-        f"    long off = {w.col_row('n', f'c * {kk} + ky * {w.kw} + kx')} + (ty / {w.sh}) * {w.ow} + tx / {w.sw};",
-        f"    acc += {load(cols.dtype, 'b1', 'off')};",
-        "  }",
-        "}",
+        *covering_taps(
+            w,
+            [
+                f"long off = {w.col_row('n', f'c * {kk} + ky * {w.kw} + kx')} + (long)oy * {w.ow} + ox;",
+                f"acc += {load(cols.dtype, 'b1', 'off')};",
+            ],
+        ),
         r.store(out.dtype, "b0", "gid", "acc"),
     ]
     lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size * kk)

@@ -23,7 +23,7 @@ from plait.codegen.cstyle import RenderedKernel
 from plait.errors import ShapeError, UnsupportedError
 from plait.graph.node import Node
 from plait.graph.ops import OpDef, register
-from plait.graph.ops.conv import Window
+from plait.graph.ops.conv import Window, covering_taps
 from plait.graph.ops.reduce import reduce
 
 GROUP = 256  # work-items per weight-gradient work-group
@@ -127,16 +127,13 @@ def _dgrad_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         f"int c = nc % {win.c};",
         f"long ob = nc * {win.oh * win.ow};",
         f"{ct} acc = 0;",
-        f"for (int ky = 0; ky < {win.kh}; ky++) {{",
-        f"  int ty = iy + {win.ph} - ky * {win.dh};",
-        f"  if (ty < 0 || ty % {win.sh} != 0 || ty / {win.sh} >= {win.oh}) continue;",
-        f"  for (int kx = 0; kx < {win.kw}; kx++) {{",
-        f"    int tx = ix + {win.pw} - kx * {win.dw};",
-        f"    if (tx < 0 || tx % {win.sw} != 0 || tx / {win.sw} >= {win.ow}) continue;",
-        f"    acc += {r.load(weight.dtype, 'b2', f'c * {kk} + ky * {win.kw} + kx')} * "
-        f"{r.load(dy.dtype, 'b1', f'ob + (ty / {win.sh}) * {win.ow} + tx / {win.sw}')};",
-        "  }",
-        "}",
+        *covering_taps(
+            win,
+            [
+                f"acc += {r.load(weight.dtype, 'b2', f'c * {kk} + ky * {win.kw} + kx')} * "
+                f"{r.load(dy.dtype, 'b1', f'ob + oy * {win.ow} + ox')};"
+            ],
+        ),
         r.store(out.dtype, "b0", "gid", "acc"),
     ]
     lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size * kk)

@@ -1,0 +1,153 @@
+"""Max pooling under autograd on OpenCL devices: the window's first maximum found once, as an index.
+
+The training form before this one wrote the windows out as im2col columns (N, C, kh*kw, OH, OW), took their
+maximum as a reduction and sent the gradient back as a broadcast pass over the columns and a col2im: four launches
+and about 1.5 ms of resnet18's batch-64 step on an H100 for the stem's 3x3/2 pool (docs/benchmarks.md). Here:
+
+- `max_pool2d_argmax_cl`: per output, the input offset within its plane (iy * W + ix) of the window's first
+  maximum in row-major tap order (PyTorch's choice: ties go to the first tap, a NaN wins), as int32;
+- `max_pool2d_take_cl`: the pooled output, the input at that offset;
+- `max_pool2d_grad_cl`: per input pixel, the sum of the output gradients of the windows that cover it and picked
+  it, read through the same tap gather as col2im (`conv.covering_taps`): one work-item per pixel, no atomics.
+
+None has a gradient of its own: `plait.nn.functional.max_pool2d` records the pool's gradient with a custom rule.
+They render for OpenCL only; the cpu has its own kernels (plait/graph/ops/pool.py and pool_grad.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait import dtypes
+from plait.codegen.cstyle import RenderedKernel
+from plait.errors import ShapeError, UnsupportedError
+from plait.graph.node import Node
+from plait.graph.ops import OpDef, register
+from plait.graph.ops.conv import covering_taps
+from plait.graph.ops.pool import PoolGeometry
+
+
+def supports(x: Node) -> bool:
+    """Whether these kernels take a pool over `x`: a float tensor on an OpenCL device."""
+    return x.dtype.is_float and x.device.startswith("opencl")
+
+
+def _plane(geo: PoolGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return (geo.n, geo.c, geo.h, geo.w), (geo.n, geo.c, geo.oh, geo.ow)
+
+
+def max_pool2d_argmax_cl(x: Node, geo: PoolGeometry) -> Node:
+    """The (N, C, OH, OW) int32 offsets within each input plane of the windows' first maxima."""
+    if x.shape != _plane(geo)[0]:
+        raise ShapeError(f"max_pool2d_argmax_cl: input shape {x.shape} does not match the pooling geometry {geo}")
+    if not supports(x):
+        raise UnsupportedError(
+            f"max_pool2d_argmax_cl {x.shape}: float tensors on OpenCL devices only (got {x.dtype.name} on {x.device});"
+            " plait.nn.functional.max_pool2d picks the cpu's pooling kernels there"
+        )
+    return Node("max_pool2d_argmax_cl", (x,), geo, _plane(geo)[1], dtypes.int32, x.device)
+
+
+def max_pool2d_take_cl(x: Node, at: Node, geo: PoolGeometry) -> Node:
+    """The pooled output: `x` at the offsets `at` from `max_pool2d_argmax_cl(x, geo)`."""
+    if x.shape != _plane(geo)[0] or at.shape != _plane(geo)[1] or at.dtype != dtypes.int32:
+        raise ShapeError(
+            f"max_pool2d_take_cl: input {x.shape} and offsets {at.shape} ({at.dtype.name}) do not match the pooling "
+            f"geometry {geo} (want int32 offsets of shape {_plane(geo)[1]})"
+        )
+    return Node("max_pool2d_take_cl", (x, at), geo, at.shape, x.dtype, x.device)
+
+
+def max_pool2d_grad_cl(at: Node, g: Node, geo: PoolGeometry) -> Node:
+    """d(loss)/dx of a max pool whose windows picked the offsets `at`, given `g` = d(loss)/d(output)."""
+    if at.shape != _plane(geo)[1] or g.shape != at.shape or at.dtype != dtypes.int32:
+        raise ShapeError(
+            f"max_pool2d_grad_cl: offsets {at.shape} ({at.dtype.name}) and output gradient {g.shape} do not match "
+            f"the pooling geometry {geo} (want int32 offsets and a gradient of shape {_plane(geo)[1]})"
+        )
+    return Node("max_pool2d_grad_cl", (at, g), geo, _plane(geo)[0], g.dtype, g.device)
+
+
+def _only_opencl(r: Any, out: Node) -> None:
+    if r.dialect != "opencl":
+        raise UnsupportedError(f"{out.op} {out.shape}: rendered for OpenCL devices only; the cpu has pool_grad.py")
+
+
+def _argmax_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
+    """One work-item per output scanning its window's taps in row-major order; the bounds tests drop the padding
+    and ceil-mode overhang (every window holds at least one input pixel)."""
+    _only_opencl(r, out)
+    geo: PoolGeometry = out.arg
+    x = inputs[0]
+    ct = r.compute_type(x.dtype)
+    params = [r.param(out.dtype, "b0", True), r.param(x.dtype, "b1", False)]
+    taps = []
+    for ky in range(geo.kh):
+        taps.append(f"{{ int iy = y0 + {ky * geo.dh}; if (iy >= 0 && iy < {geo.h}) {{")
+        for kx in range(geo.kw):
+            ix = f"x0 + {kx * geo.dw}"
+            v = r.load(x.dtype, "b1", f"xb + iy * {geo.w} + {ix}")
+            taps.append(
+                f"  if ({ix} >= 0 && {ix} < {geo.w}) {{ {ct} v = {v};"
+                f" if (at < 0 || v > m || (v != v && m == m)) {{ m = v; at = iy * {geo.w} + {ix}; }} }}"
+            )
+        taps.append("} }")
+    body = [
+        f"int ox = gid % {geo.ow}, oy = (gid / {geo.ow}) % {geo.oh}; long nc = gid / {geo.oh * geo.ow};",
+        f"long xb = nc * {geo.h * geo.w};",
+        f"int y0 = oy * {geo.sh} - {geo.ph}, x0 = ox * {geo.sw} - {geo.pw};",
+        f"int at = -1; {ct} m = 0;",
+        *taps,
+        r.store(out.dtype, "b0", "gid", "at"),
+    ]
+    lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size * geo.kh * geo.kw)
+    return r._finish("POOLARG", out, params, lines, gs, ls)
+
+
+def _take_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
+    _only_opencl(r, out)
+    geo: PoolGeometry = out.arg
+    x, at = inputs
+    params = [r.param(out.dtype, "b0", True), r.param(x.dtype, "b1", False), r.param(at.dtype, "b2", False)]
+    plane = geo.oh * geo.ow
+    body = [r.store(out.dtype, "b0", "gid", r.load(x.dtype, "b1", f"gid / {plane} * {geo.h * geo.w} + b2[gid]"))]
+    lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size)
+    return r._finish("POOLTAKE", out, params, lines, gs, ls)
+
+
+def _grad_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
+    """One work-item per input pixel, adding in output order the gradients of the covering windows that picked it
+    (for a 3x3/2 pool at most four windows, each one int32 compare)."""
+    _only_opencl(r, out)
+    geo: PoolGeometry = out.arg
+    at, g = inputs
+    ct = r.compute_type(g.dtype)
+    params = [r.param(out.dtype, "b0", True), r.param(at.dtype, "b1", False), r.param(g.dtype, "b2", False)]
+    body = [
+        f"int ix = gid % {geo.w}, iy = (gid / {geo.w}) % {geo.h}; long nc = gid / {geo.h * geo.w};",
+        f"long ob = nc * {geo.oh * geo.ow}; int here = iy * {geo.w} + ix;",
+        f"{ct} acc = 0;",
+        *covering_taps(
+            geo,
+            [
+                f"long o = ob + oy * {geo.ow} + ox;",
+                f"if (b1[o] == here) acc += {r.load(g.dtype, 'b2', 'o')};",
+            ],
+            by_output=True,
+        ),
+        r.store(out.dtype, "b0", "gid", "acc"),
+    ]
+    lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size * geo.kh * geo.kw)
+    return r._finish("POOLGRAD", out, params, lines, gs, ls)
+
+
+def _no_grad(node: Node, g: Node) -> tuple[Node | None, ...]:
+    raise UnsupportedError(
+        f"{node.op} {node.shape}: no gradient of its own; plait.nn.functional.max_pool2d records the pool's gradient"
+        " with a rule of its own (no double backward through a max pool)"
+    )
+
+
+register(OpDef("max_pool2d_argmax_cl", "custom", _no_grad, kernel=_argmax_kernel))
+register(OpDef("max_pool2d_take_cl", "custom", _no_grad, kernel=_take_kernel))
+register(OpDef("max_pool2d_grad_cl", "custom", _no_grad, kernel=_grad_kernel))
