@@ -15,14 +15,70 @@ from plait.dtypes import DType
 
 _MATH = ("exp", "log", "sqrt", "fabs", "tanh", "sin", "cos", "erf", "floor", "ceil", "pow", "fmod")
 TEAM_SUFFIX = "_team"  # the symbol of a kernel's entry as one step of a running team
-# The buffer a team run's threads share (the C GEMM's packed B, Winograd's input tiles): one per team run, passed
-# to every step as the argument after the kernel's own, grown to the largest request. Every thread of a step gets the
-# same pointer with no barrier (steps are separated by the runner's barriers, so growing it never frees memory in
-# use); plait_team_shared returns 0 to a kernel run alone, which hands one thread's buffer to its team instead.
-TEAM_CELL = """//@shared-begin plait_team_cell
+# A team run's barrier (a counter and a generation in the run's cell; the runner in plait/runtime/cpu.py and the
+# kernels' own barriers share it): the last thread to arrive bumps the generation; the others spin on it for the
+# cell's `spin` nanoseconds, yielding the core between bursts of pauses, then sleep on a futex (off Linux they keep
+# spinning and yielding). A spin covers the usual gap between two threads finishing their shares of a kernel without
+# a sleep and a wake-up on the critical path; threads idle between replays still sleep (OMP_WAIT_POLICY=PASSIVE).
+TEAM_SYNC = """//@shared-begin plait_team_sync
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
-typedef struct { float* buf; size_t cap; int lock; } plait_team_cell;
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+typedef struct { float* buf; size_t cap; long spin; int lock, count, gen, sleepers; } plait_team_cell;
+static inline void plait_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+static long plait_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+static void plait_team_sync(plait_team_cell* c, int threads) {
+  if (threads < 2) return;
+  int gen = __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
+  if (__atomic_add_fetch(&c->count, 1, __ATOMIC_ACQ_REL) == threads) {
+    __atomic_store_n(&c->count, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->gen, gen + 1, __ATOMIC_SEQ_CST);
+#ifdef __linux__
+    if (__atomic_load_n(&c->sleepers, __ATOMIC_SEQ_CST)) syscall(SYS_futex, &c->gen, FUTEX_WAKE_PRIVATE, INT_MAX, 0, 0, 0);
+#endif
+    return;
+  }
+  long until = plait_now_ns() + c->spin;
+  for (int i = 1;; i++) {
+    if (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) != gen) return;
+    plait_pause();
+    if (i % 64) continue;
+    if (plait_now_ns() > until) break;
+    sched_yield();
+  }
+#ifdef __linux__
+  __atomic_add_fetch(&c->sleepers, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&c->gen, __ATOMIC_SEQ_CST) == gen) syscall(SYS_futex, &c->gen, FUTEX_WAIT_PRIVATE, gen, 0, 0, 0);
+  __atomic_sub_fetch(&c->sleepers, 1, __ATOMIC_SEQ_CST);
+#else
+  while (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) == gen) sched_yield();
+#endif
+}
+//@shared-end
+"""
+# The buffer a team run's threads share (the C GEMM's packed B, Winograd's input tiles): one per team run, passed
+# to every step as the argument after the kernel's own, grown to the largest request. Every thread of a step gets the
+# same pointer with no barrier (steps that use it are separated by the runner's barriers, so growing it never frees
+# memory in use); plait_team_shared returns 0 to a kernel run alone, which hands one thread's buffer to its team
+# instead. plait_team_barrier is a kernel's own barrier: the team's in a team step, OpenMP's when run alone.
+TEAM_CELL = """//@shared-begin plait_team_cell
+#include <omp.h>
 static __thread plait_team_cell* plait_team_now;
 static float* plait_team_shared(size_t n) {
   plait_team_cell* c = plait_team_now;
@@ -37,8 +93,21 @@ static float* plait_team_shared(size_t n) {
   __atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE);
   return c->buf;
 }
+static void plait_team_barrier(void) {
+  if (plait_team_now) {
+    plait_team_sync(plait_team_now, omp_get_num_threads());
+    return;
+  }
+#pragma omp barrier
+}
 //@shared-end
 """
+
+
+def uses_team_cell(source: str) -> bool:
+    """Whether a kernel's team entry takes the run's cell (its shared buffer, its barrier): two such kernels in one
+    team run are always separated by a barrier, since the second may grow (free) the buffer the first still reads."""
+    return "//@shared-begin plait_team_cell" in source
 
 
 def entry_points(name: str, params: list[str], body: str, library: str = "") -> str:
@@ -57,10 +126,10 @@ def entry_points(name: str, params: list[str], body: str, library: str = "") -> 
     names = [re.findall(r"\w+", p)[-1] for p in params]
     args = ", ".join(f"a[{i}]" for i in range(len(params)))
     alone, step = ("#pragma omp parallel\n", "") if shared else ("", "#pragma omp single nowait\n")
-    cell = "plait_team_shared(" in library  # only library code asks for the team's buffer
+    cell = "plait_team_shared(" in library or "plait_team_barrier(" in library  # library code uses the team's cell
     enter, leave = (f"  plait_team_now = a[{len(params)}];\n", "  plait_team_now = 0;\n") if cell else ("", "")
     return (
-        f"{TEAM_CELL if cell else ''}{library}"
+        f"{TEAM_SYNC + TEAM_CELL if cell else ''}{library}"
         f"static __attribute__((noinline)) void {name}_run({', '.join(params)}) {{\n{body}}}\n"
         f"void {name}({', '.join(params)}) {{\n{alone}  {name}_run({', '.join(names)});\n}}\n"
         f"void {name}{TEAM_SUFFIX}(void* const* a) {{\n{enter}{step}  {name}_run({args});\n{leave}}}\n"

@@ -420,7 +420,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
     if (shared) {{
       /* in parts of up to {KC_MAX} rows, so a long k block is packed by every thread, not by one */
       int parts = (kcm + {KC_MAX - 1}) / {KC_MAX};
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
       for (long u = 0; u < nb * nkb * parts; u++) {{
         long bz = u / (nkb * parts);
         int pc = (int)(u / parts % nkb) * kcm, kc = k - pc < kcm ? k - pc : kcm, p0 = (int)(u % parts) * {KC_MAX};
@@ -430,6 +430,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
         plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc + p0, rows, kc, 0, npad, n, {nr},
                    shared + bz * k * npad + pc * npad + (long)p0 * {nr});
       }}
+      plait_team_barrier(); /* the packing is complete before any task reads it */
     }}
 #pragma omp for schedule(dynamic, 1) nowait
     for (long task = 0; task < tasks; task++) {{

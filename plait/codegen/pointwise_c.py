@@ -127,11 +127,18 @@ static void plait_pointwise_{t}(long batch, long inner, int m, int n, int k, con
   long want = 4L * omp_get_num_threads(), per = batch >= want ? 1 : (want + batch - 1) / batch;
   if (per > cblocks) per = cblocks;
   float* wshared = 0;
-  if (shared_a) {{ /* one thread packs, the team gets the address (orphaned worksharing: see plait/codegen/c.py) */
-#pragma omp single copyprivate(wshared)
-    {{
-      wshared = plait_shared_scratch((size_t)wsize);
+  if (shared_a) {{ /* one thread packs for the team (orphaned worksharing: see plait/codegen/c.py) */
+    wshared = plait_team_shared((size_t)wsize); /* a team step: the run's buffer */
+    if (wshared) {{
+#pragma omp single nowait
       plait_pw_pack_{t}(m, k, A, sam, sak, wshared);
+      plait_team_barrier();
+    }} else {{ /* run alone: one thread's buffer, its address given to the whole team */
+#pragma omp single copyprivate(wshared)
+      {{
+        wshared = plait_shared_scratch((size_t)wsize);
+        plait_pw_pack_{t}(m, k, A, sam, sak, wshared);
+      }}
     }}
   }}
 #pragma omp for schedule(dynamic, 1) nowait

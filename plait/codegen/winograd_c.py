@@ -367,11 +367,12 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
   for (long b0 = 0; b0 < blocks; b0 += chunk) {{
     long nb = blocks - b0 < chunk ? blocks - b0 : chunk;
     {{
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
       for (long t = 0; t < nb * g->c; t++) {{
         long r0 = (b0 + t / g->c) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
         plait_wino_in_f{m}(X, g, r0, r1, (int)(t % g->c), V + t / g->c * vblock, {nr});
       }}
+      plait_team_barrier(); /* every input tile is transformed before the products read them */
 #pragma omp for schedule(dynamic, 1) nowait
       for (long t = 0; t < nb * groups; t++) {{
         long r0 = (b0 + t / groups) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
@@ -393,9 +394,7 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
           R = end;
         }}
       }}
-      if (b0 + chunk < blocks) {{ /* the next chunk's input transform overwrites V */
-#pragma omp barrier
-      }}
+      if (b0 + chunk < blocks) plait_team_barrier(); /* the next chunk's input transform overwrites V */
     }}
   }}
 }}
