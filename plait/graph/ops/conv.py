@@ -110,7 +110,22 @@ def covering_taps(g: TapGeometry, inner: list[str], by_output: bool = False) -> 
     form of a strided transposed convolution, which col2im, the strided depthwise input gradient and the max-pool
     gradient share, so each input pixel is written once by one work-item (no atomics, a fixed order). `by_output`
     visits the taps in reverse, so the windows in row-major output order (the order PyTorch adds a pool's
-    gradients)."""
+    gradients). Without dilation the covering windows are a range of output rows and columns (at most
+    ceil(k / s) each), looped over directly instead of testing every tap's stride parity."""
+    if g.dh == 1 and g.dw == 1:
+        return [
+            *_covering_range("y", g.kh, g.sh, g.ph, g.oh),
+            *_covering_range("x", g.kw, g.sw, g.pw, g.ow),
+            f"for (int oy = {'oyl' if by_output else 'oyh'}; {'oy <= oyh' if by_output else 'oy >= oyl'}; "
+            f"oy{'++' if by_output else '--'}) {{",
+            f"  int ky = iy + {g.ph} - oy * {g.sh};",
+            f"  for (int ox = {'oxl' if by_output else 'oxh'}; {'ox <= oxh' if by_output else 'ox >= oxl'}; "
+            f"ox{'++' if by_output else '--'}) {{",
+            f"    int kx = ix + {g.pw} - ox * {g.sw};",
+            *("    " + ln for ln in inner),
+            "  }",
+            "}",
+        ]
     ky_loop, kx_loop = (
         (f"int ky = {g.kh - 1}; ky >= 0; ky--", f"int kx = {g.kw - 1}; kx >= 0; kx--")
         if by_output
@@ -128,6 +143,14 @@ def covering_taps(g: TapGeometry, inner: list[str], by_output: bool = False) -> 
         *("    " + ln for ln in inner),
         "  }",
         "}",
+    ]
+
+
+def _covering_range(a: str, k: int, s: int, p: int, o: int) -> list[str]:
+    """C lines: the output positions [o{a}l, o{a}h] along axis `a` whose undilated windows cover input i{a}."""
+    return [
+        f"int o{a}l = i{a} + {p - (k - 1)}; o{a}l = o{a}l <= 0 ? 0 : (o{a}l + {s - 1}) / {s};",
+        f"int o{a}h = (i{a} + {p}) / {s}; if (o{a}h > {o - 1}) o{a}h = {o - 1};",
     ]
 
 
@@ -240,7 +263,7 @@ def _col2im_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         ),
         r.store(out.dtype, "b0", "gid", "acc"),
     ]
-    lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size * kk)
+    lines, gs, ls = r.parallel_for("gid", out.size, body, r.idx_type(out.size), out.size * kk)
     return r._finish("COL2IM", out, params, lines, gs, ls)
 
 

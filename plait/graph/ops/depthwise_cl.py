@@ -136,7 +136,7 @@ def _dgrad_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         ),
         r.store(out.dtype, "b0", "gid", "acc"),
     ]
-    lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size * kk)
+    lines, gs, ls = r.parallel_for("gid", out.size, body, r.idx_type(out.size), out.size * kk)
     return r._finish("DWDGRAD", out, params, lines, gs, ls)
 
 

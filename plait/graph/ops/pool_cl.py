@@ -100,7 +100,7 @@ def _argmax_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         *taps,
         r.store(out.dtype, "b0", "gid", "at"),
     ]
-    lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size * geo.kh * geo.kw)
+    lines, gs, ls = r.parallel_for("gid", out.size, body, r.idx_type(x.size), out.size * geo.kh * geo.kw)
     return r._finish("POOLARG", out, params, lines, gs, ls)
 
 
@@ -111,7 +111,7 @@ def _take_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
     params = [r.param(out.dtype, "b0", True), r.param(x.dtype, "b1", False), r.param(at.dtype, "b2", False)]
     plane = geo.oh * geo.ow
     body = [r.store(out.dtype, "b0", "gid", r.load(x.dtype, "b1", f"gid / {plane} * {geo.h * geo.w} + b2[gid]"))]
-    lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size)
+    lines, gs, ls = r.parallel_for("gid", out.size, body, r.idx_type(x.size), out.size)
     return r._finish("POOLTAKE", out, params, lines, gs, ls)
 
 
@@ -137,7 +137,7 @@ def _grad_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         ),
         r.store(out.dtype, "b0", "gid", "acc"),
     ]
-    lines, gs, ls = r.parallel_for("gid", out.size, body, "long", out.size * geo.kh * geo.kw)
+    lines, gs, ls = r.parallel_for("gid", out.size, body, r.idx_type(out.size), out.size * geo.kh * geo.kw)
     return r._finish("POOLGRAD", out, params, lines, gs, ls)
 
 
