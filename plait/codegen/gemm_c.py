@@ -811,6 +811,7 @@ static void plait_dw_interleave(const float* const* xs, int lanes, const plait_w
    across planes every tap of every output pixel is one whole-vector load. Output rows run in strips whose
    channel-minor input (plait_dw_interleave) stays in L1; the outputs are transposed back into the planes at the end. */
 enum { PLAIT_DW_PREFETCH = 256 }; /* floats per input plane up to which plait_dw_lanes prefetches the planes */
+enum { PLAIT_DW_GROUP = 4096 }; /* outputs per task of plait_dw_masked: small planes run a few to a task */
 static void plait_dw_lanes(long bz0, int lanes, long inner, int n, const float* A, long sab, long sai,
                            const float* X, long sxb, long sxi, const plait_win* g, float* C) {
   enum { STRIP_BYTES = 32768 };
@@ -865,8 +866,86 @@ static void plait_dw_lanes(long bz0, int lanes, long inner, int n, const float* 
   }
 }
 
-/* `lanes` 1: the planes run 16 at a time across the vector lanes (plait_dw_lanes); else one by one, 2 in runs
-   across their rows (plait_dw_flat), 0 row by row (plait_dw_plane). */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* For a stride-1 plane whose output has the input's size (padding keeps it), output position q = oy * w + ox reads
+   tap t at input position q + off[t]: the two planes share their row pitch, so each tap of 16 outputs is one
+   unaligned load of the input where it lies, masked (mk[t * nvec + v], vector v) to drop the lanes that fall in the
+   padding (past a row's ends, above or below the plane) or past the plane. No padded copy and no transposes, the two
+   costs of the other kernels on small planes. The masks repeat along the plane with the period of w against 16
+   lanes, so they are built per period and clipped only near the plane's two ends. */
+static void plait_dw_masks(const plait_win* g, int n, int nvec, int* off, unsigned short* mk) {
+  int w = g->w, period = w, a = 16; /* period: w / gcd(w, 16) vectors */
+  while (a) { int r = period % a; period = a; a = r; }
+  period = w / period;
+  unsigned short cb[g->kw * period];
+  for (int kx = 0; kx < g->kw; kx++) {
+    int dx = kx * g->dw - g->pw;
+    for (int v = 0, ox = 0; v < period; v++) {
+      unsigned bits = 0;
+      for (int l = 0; l < 16; l++, ox = ox + 1 == w ? 0 : ox + 1) bits |= (unsigned)(ox + dx >= 0 && ox + dx < w) << l;
+      cb[kx * period + v] = (unsigned short)bits;
+    }
+  }
+  for (int ky = 0; ky < g->kh; ky++)
+    for (int kx = 0; kx < g->kw; kx++) {
+      int t = ky * g->kw + kx, o = (ky * g->dh - g->ph) * w + kx * g->dw - g->pw;
+      off[t] = o;
+      for (int v = 0, pv = 0; v < nvec; v++, pv = pv + 1 == period ? 0 : pv + 1) {
+        unsigned bits = cb[kx * period + pv];
+        int lo = 16 * v + o, hi = 16 * v + 16 > n ? n - 16 * v : 16; /* read from lo; outputs up to hi */
+        if (lo < 0) bits &= lo <= -16 ? 0u : 0xffffu << -lo;
+        if (lo + 16 > n) bits &= n - lo <= 0 ? 0u : (1u << (n - lo)) - 1;
+        if (hi < 16) bits &= (1u << hi) - 1;
+        mk[t * nvec + v] = (unsigned short)bits;
+      }
+    }
+}
+
+/* NB vectors of outputs of one plane from vector v0 (plait_dw_masks' layout), the sums in registers across taps; the
+   last vector of a plane stores only its outputs inside the plane. */
+static inline __attribute__((always_inline)) void plait_dw_masked_block(int NB, const float* x, const float* w,
+                                                                      int taps, const int* off,
+                                                                      const unsigned short* mk, int nvec, int v0,
+                                                                      int n, float* c) {
+  __m512 acc[8];
+#pragma GCC unroll 8
+  for (int v = 0; v < NB; v++) acc[v] = _mm512_setzero_ps();
+  const unsigned short* m = mk + v0;
+  for (int t = 0; t < taps; t++, m += nvec) {
+    __m512 wt = _mm512_set1_ps(w[t]);
+    const float* s = x + 16 * v0 + off[t];
+#pragma GCC unroll 8
+    for (int v = 0; v < NB; v++) acc[v] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m[v], s + 16 * v), wt, acc[v]);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < NB; v++) {
+    int q = 16 * (v0 + v);
+    if (q + 16 <= n) _mm512_storeu_ps(c + q, acc[v]);
+    else _mm512_mask_storeu_ps(c + q, (__mmask16)((1u << (n - q)) - 1), acc[v]);
+  }
+}
+
+static void plait_dw_masked(const float* x, const float* w, int taps, const int* off, const unsigned short* mk,
+                            int nvec, int n, float* c) {
+  int v0 = 0;
+  for (; v0 + 8 <= nvec; v0 += 8) plait_dw_masked_block(8, x, w, taps, off, mk, nvec, v0, n, c);
+  switch (nvec - v0) {
+    case 1: plait_dw_masked_block(1, x, w, taps, off, mk, nvec, v0, n, c); break;
+    case 2: plait_dw_masked_block(2, x, w, taps, off, mk, nvec, v0, n, c); break;
+    case 3: plait_dw_masked_block(3, x, w, taps, off, mk, nvec, v0, n, c); break;
+    case 4: plait_dw_masked_block(4, x, w, taps, off, mk, nvec, v0, n, c); break;
+    case 5: plait_dw_masked_block(5, x, w, taps, off, mk, nvec, v0, n, c); break;
+    case 6: plait_dw_masked_block(6, x, w, taps, off, mk, nvec, v0, n, c); break;
+    case 7: plait_dw_masked_block(7, x, w, taps, off, mk, nvec, v0, n, c); break;
+    default: break;
+  }
+}
+#endif
+
+/* `lanes` 1: the planes run 16 at a time across the vector lanes (plait_dw_lanes); 3: read in place with masked
+   loads (plait_dw_masked; where AVX-512 is missing, as 2); else one by one, 2 in runs across their rows
+   (plait_dw_flat), 0 row by row (plait_dw_plane). */
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
                          long sxi, const plait_win* g, int lanes, float* C, plait_epi_fn epi, void* const* extra) {
   if (lanes == 1) {
@@ -878,6 +957,26 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
     }
     return;
   }
+#if defined(__AVX512F__)
+  if (lanes == 3) {
+    int taps = g->kh * g->kw, nvec = (n + 15) / 16;
+    int off[taps];
+    unsigned short mk[taps * nvec];
+    plait_dw_masks(g, n, nvec, off, mk);
+    long grp = n >= PLAIT_DW_GROUP ? 1 : PLAIT_DW_GROUP / n; /* planes per task: the epilogue runs on them in L1 */
+#pragma omp for schedule(dynamic, 1) nowait
+    for (long b0 = 0; b0 < batch; b0 += grp) {
+      long b1 = batch - b0 < grp ? batch : b0 + grp;
+      for (long bz = b0; bz < b1; bz++)
+        plait_dw_masked(X + bz / inner * sxb + bz % inner * sxi, A + bz / inner * sab + bz % inner * sai, taps, off, mk,
+                        nvec, n, C + bz * (long)n);
+      if (epi) epi(C + b0 * (long)n, b0, 0, 0, (int)(b1 - b0), n, extra);
+    }
+    return;
+  }
+#else
+  if (lanes == 3) lanes = 2;
+#endif
 #pragma omp for schedule(dynamic, 4) nowait
   for (long bz = 0; bz < batch; bz++) {
     const float* w = A + bz / inner * sab + bz % inner * sai;
@@ -919,7 +1018,17 @@ DEPTHWISE = DEPTHWISE.replace("//@transpose16\n", _transpose16())
 
 DW_FLAT_ROWS = (10, 29)  # stride-1 depthwise layers with rows of this many outputs (from, below) run as plait_dw_flat
 DW_LANES_MAX = 4096  # other stride-1 output planes up to this many pixels (56x56) run across the vector lanes
-DW_MODES = {"rows": 0, "lanes": 1, "flat": 2}  # plait_dwconv's `lanes` argument per kernel
+DW_MODES = {"rows": 0, "lanes": 1, "flat": 2, "masked": 3}  # plait_dwconv's `lanes` argument per kernel
+
+
+DW_MASKS_MAX = 16384  # taps x output vectors of a plane up to which plait_dw_masked keeps its masks on the stack
+
+
+def masked_fits(win: Any) -> bool:
+    """Whether a stride-1 depthwise layer can read its input in place with masked loads (plait_dw_masked): the
+    output plane has the input's size (then both share one row pitch) and the plane's masks stay small."""
+    same = win.oh == win.h and win.ow == win.w
+    return win.sh == win.sw == 1 and same and win.kh * win.kw * -(-win.oh * win.ow // VW) <= DW_MASKS_MAX
 
 
 def dw_kernel(win: Any) -> str:
@@ -932,6 +1041,8 @@ def dw_kernel(win: Any) -> str:
     cost more than the transposes, and on 56x56 planes lanes and flat runs are even at batch 1, lanes ahead at 16."""
     if win.sh > 1 or win.sw > 1:
         return "lanes"
+    if masked_fits(win):
+        return "masked"
     if DW_FLAT_ROWS[0] <= win.ow < DW_FLAT_ROWS[1]:
         return "flat"
     return "lanes" if win.ow < 16 or win.oh * win.ow <= DW_LANES_MAX else "rows"
