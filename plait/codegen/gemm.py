@@ -180,6 +180,10 @@ def render_c(
         call = gemm_c.depthwise_call(
             spec, f"A + {ao}, {sab}, {spec.a_inner}", f"B + {bo}, {sbb}, {spec.b_inner}", epi_fn, extra
         )
+    elif spec.conv is not None and sak == 1 and "MR" not in kn and gemm_c.use_direct(spec.conv, m, k):
+        lib = gemm_c.direct_library()
+        a_rows, image = f"A + {ao}, {sab}, {spec.a_inner}, {sam}", f"B + {bo}, {sbb}, {spec.b_inner}"
+        call = gemm_c.direct_call(spec, a_rows, image, epi_fn, extra)
     elif pointwise:
         mr, nv = pointwise_c.pick_tile(m, k)
         lib = pointwise_c.library(mr, nv)

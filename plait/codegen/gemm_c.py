@@ -1060,6 +1060,154 @@ def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str)
     )
 
 
+# A convolution over few input channels (an image stem: resnet's 7x7/2 over 3 channels) has a shallow patch matrix
+# (k = 147) that the implicit GEMM gathers anew for every panel: a quarter of the stem's time was that gather. The
+# direct kernel instead splits a band of input rows once into the stride's column phases (zero padding included), so
+# that for every patch element p the 16 output pixels of a vector read 16 consecutive floats at a fixed offset
+# koff[p]: the micro-kernel loads its B vectors straight from the band, with no packed panels.
+DIRECT_MAX_CIN = 4  # input channels up to which a convolution runs as plait_conv_direct
+DIRECT_ROWS = 8  # output rows per band (one task): the band's rows are split once and read by every channel block
+
+DIRECT = """//@shared-begin plait_conv_direct
+/* 8 output channels (w: 8 weights per patch element, channel-minor) times 3 vectors of 16 output pixels, vector v
+   reading the band at base[v] + koff[p] for patch element p; the sums go to out[i * 3 + v]. */
+static inline __attribute__((always_inline)) void plait_dc_micro(int k, const int* restrict koff,
+                                                               const float* restrict buf, const int* base,
+                                                               const float* restrict w, plait_v16* restrict out) {
+  plait_v16 acc[8][3];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++)
+#pragma GCC unroll 3
+    for (int v = 0; v < 3; v++) acc[i][v] = (plait_v16){0};
+  const float *b0 = buf + base[0], *b1 = buf + base[1], *b2 = buf + base[2];
+  for (int p = 0; p < k; p++) {
+    int o = koff[p];
+    plait_v16 v0 = *(const plait_v16*)(b0 + o), v1 = *(const plait_v16*)(b1 + o), v2 = *(const plait_v16*)(b2 + o);
+    const float* wp = w + p * 8;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+      float wi = wp[i];
+      acc[i][0] += v0 * wi;
+      acc[i][1] += v1 * wi;
+      acc[i][2] += v2 * wi;
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++)
+#pragma GCC unroll 3
+    for (int v = 0; v < 3; v++) out[i * 3 + v] = acc[i][v];
+}
+
+/* Input rows of one band, zero-padded and split into the column phases of the stride: element t of phase q of band
+   row r of channel ci (at ((ci * R + r) * sw + q) * T + t) is padded column t * sw + q of padded row y0 + r. */
+static void plait_dc_band(const float* x, const plait_win* g, int cin, int y0, int rows, int R, int T, float* buf) {
+  int sw = g->sw;
+  for (int ci = 0; ci < cin; ci++)
+    for (int r = 0; r < rows; r++) {
+      int iy = y0 + r - g->ph;
+      const float* xr = x + ((long)ci * g->h + iy) * g->w;
+      for (int q = 0; q < sw; q++) {
+        float* d = buf + ((long)(ci * R + r) * sw + q) * T;
+        if (iy < 0 || iy >= g->h) {
+          memset(d, 0, sizeof(float) * (size_t)T);
+          continue;
+        }
+        /* input column t * sw + q - pw lies in [0, w) for t in [lo, hi) */
+        int off = q - g->pw, lo = off >= 0 ? 0 : (-off + sw - 1) / sw, hi = g->w - off <= 0 ? 0 : (g->w - off + sw - 1) / sw;
+        if (hi > T) hi = T;
+        if (lo > hi) lo = hi;
+        for (int t = 0; t < lo; t++) d[t] = 0.0f;
+        const float* xs = xr + off;
+        if (sw == 1) memcpy(d + lo, xs + lo, sizeof(float) * (size_t)(hi - lo));
+        else
+#pragma omp simd
+          for (int t = lo; t < hi; t++) d[t] = xs[(long)t * sw];
+        for (int t = hi; t < T; t++) d[t] = 0.0f;
+      }
+    }
+}
+
+/* C[bz] (m x n, n = oh * ow) = the convolution of image bz (cin = k / (kh * kw) channels) with A's rows, as tasks of
+   DIRECT_ROWS output rows of one image: each task splits its band of input rows once (plait_dc_band), packs the
+   weights in blocks of 8 channels, and runs every 3 vectors of 16 output pixels against every channel block. epi runs
+   on each finished tile while it is in cache. */
+static void plait_conv_direct(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai,
+                              long sam, const float* X, long sxb, long sxi, const plait_win* g, float* C,
+                              plait_epi_fn epi, void* const* extra) {
+  enum { BR = @ROWS@ };
+  int ow = g->ow, oh = n / ow, vpr = (ow + 15) / 16, kk = g->kh * g->kw, cin = k / kk, sw = g->sw;
+  int R = (BR - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = vpr * 16 + (g->kw - 1) * g->dw / sw;
+  int mb = (m + 7) / 8;
+  long bands = (oh + BR - 1) / BR;
+  size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)mb * 8 * k;
+#pragma omp for schedule(dynamic, 1) nowait
+  for (long task = 0; task < batch * bands; task++) {
+    long bz = task / bands;
+    int oy0 = (int)(task % bands) * BR, rows = oh - oy0 < BR ? oh - oy0 : BR;
+    const float* a = A + bz / inner * sab + bz % inner * sai;
+    const float* x = X + bz / inner * sxb + bz % inner * sxi;
+    float* c = C + bz * (long)m * n;
+    float* buf = plait_scratch(nbuf + nw + (size_t)k);
+    float* w = buf + nbuf;
+    int* koff = (int*)(w + nw);
+    plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
+    for (int b = 0; b < mb; b++)
+      for (int p = 0; p < k; p++)
+        for (int i = 0; i < 8; i++) w[((long)b * k + p) * 8 + i] = b * 8 + i < m ? a[(long)(b * 8 + i) * sam + p] : 0.0f;
+    for (int p = 0; p < k; p++) {
+      int ci = p / kk, ky = p % kk / g->kw, kx = p % g->kw;
+      koff[p] = ((ci * R + ky * g->dh) * sw + kx * g->dw % sw) * T + kx * g->dw / sw;
+    }
+    int npos = rows * vpr;
+    for (int t0 = 0; t0 < npos; t0 += 3) {
+      int base[3], j0[3], cnt[3], nv = npos - t0 < 3 ? npos - t0 : 3;
+      for (int v = 0; v < 3; v++) {
+        int pos = t0 + (v < nv ? v : nv - 1), oy = pos / vpr, ox = pos % vpr * 16;
+        base[v] = oy * g->sh * sw * T + ox;
+        j0[v] = (oy0 + oy) * ow + ox;
+        cnt[v] = ow - ox < 16 ? ow - ox : 16;
+      }
+      for (int b = 0; b < mb; b++) {
+        plait_v16 out[24];
+        plait_dc_micro(k, koff, buf, base, w + (long)b * k * 8, out);
+        int i0 = b * 8, mr = m - i0 < 8 ? m - i0 : 8;
+        for (int v = 0; v < nv; v++)
+          for (int i = 0; i < mr; i++) {
+            float* d = c + (long)(i0 + i) * n + j0[v];
+            if (cnt[v] == 16) *(plait_v16*)d = out[i * 3 + v];
+            else memcpy(d, &out[i * 3 + v], sizeof(float) * (size_t)cnt[v]);
+          }
+      }
+    }
+    if (epi) epi(c, bz, 0, oy0 * ow, m, rows * ow, extra); /* the band's outputs (about 230 KB) are still in L2 */
+  }
+}
+//@shared-end
+""".replace("@ROWS@", str(DIRECT_ROWS))
+
+
+def use_direct(win: Any, m: int, k: int) -> bool:
+    """True when a convolution runs as plait_conv_direct: an image stem (at most DIRECT_MAX_CIN input channels),
+    its patch columns laid out per image (not folded for a weight gradient)."""
+    return not win.fold and k // (win.kh * win.kw) <= DIRECT_MAX_CIN and m >= 8
+
+
+def direct_library() -> str:
+    """The shared C code of the direct few-channel convolution."""
+    return at_o2(COMMON) + at_o2(DIRECT)
+
+
+def direct_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:
+    """The statements that run a few-channel convolution with plait_conv_direct (A: the weights, rows contiguous
+    along k; B: the image)."""
+    win = spec.conv
+    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
+    return (
+        f"  static const plait_win win = {{{geo}}};\n"
+        f"  plait_conv_direct({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, {epi_fn}, {extra});\n"
+    )
+
+
 def library(mr: int, nv: int) -> str:
     """The shared C code for one register tile (compiled once per translation unit, whatever the shapes)."""
     tile = f"//@shared-begin plait_gemm_{mr}x{nv}\n{_micro(mr, nv)}{_driver(mr, nv)}//@shared-end\n"
