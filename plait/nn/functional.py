@@ -188,10 +188,33 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if x.dtype != weight.dtype:
         raise DTypeError(f"linear: input dtype {x.dtype.name} differs from weight dtype {weight.dtype.name}; cast one")
     lead = x.shape[:-1]
-    y = x.reshape(-1, x.shape[-1]) @ weight.T if x.ndim != 2 else x @ weight.T
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+    y = rows @ weight.T
+    if grad_enabled() and (x.requires_grad or weight.requires_grad) and x.node.device.startswith("opencl"):
+        _linear_vjp(y, rows, weight)
     if bias is not None:
         y = y + bias
     return y.reshape(*lead, weight.shape[0]) if x.ndim != 2 else y
+
+
+def _linear_vjp(y: Tensor, rows: Tensor, weight: Tensor) -> None:
+    """The gradients of `y` = rows @ weight^T on OpenCL as two products in the layouts the caller keeps: the input's
+    dy @ weight (the stored weight read in place) and the weight's dy^T @ rows, written as (out, in). Op by op the
+    weight's gradient is rows^T @ dy, an (in, out) product then transposed into the weight's layout by a strided
+    copy: alexnet's classifier at batch 64 on an H100 spent 0.50 ms per step in those copies (4096 x 9216 alone
+    0.32 ms) beside 0.37 ms in its three weight-gradient products."""
+    rows_node, w_node = rows.node, weight.node
+
+    def rule(grad: Node) -> list[tuple[Node, Node]]:
+        dy = Tensor(grad)
+        grads = []
+        if rows_node.rg:
+            grads.append((rows_node, (dy @ Tensor(w_node)).node))
+        if w_node.rg:
+            grads.append((w_node, (dy.T @ Tensor(rows_node)).node))
+        return grads
+
+    custom_vjp(y.node, rule)
 
 
 def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
