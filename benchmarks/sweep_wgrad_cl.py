@@ -77,7 +77,8 @@ def _variants(spec: Any) -> list[tuple[str, Any]]:
         return out
     if (nchw := _in_place(spec)) is not None:
         out.append(("nchw ", nchw))
-    for label, (num, den) in (("x1/2 ", (1, 2)), ("x2 ", (2, 1))):
+    # twice the chunks only where the product has no copy of dy to drop (the wide ones' chunks are at their floor)
+    for label, (num, den) in (("x1/2 ", (1, 2)), ("x2 ", (2, 1)))[: 1 if nchw is not None else 2]:
         for name, sp in list(out[: 2 if nchw is not None else 1]):
             if (re := _rechunk(sp, num, den)) is not None:
                 out.append((f"{name}{label}", re))
@@ -150,6 +151,8 @@ def main() -> None:
             for label, sp in _variants(spec):
                 pool = VARIANTS["grad" if sp.conv_t is not None else "other"]
                 heur = _tc_heuristic(sp)
+                if sp.conv is not None:  # an implicit convolution: its tiles gathering four columns per load
+                    pool = [{**heur, "VG": 1}, *({**c, "VG": 1} for c in pool)]
                 knobs = [heur] + [c for c in pool if c != heur and _padded(sp.m, c["BM"]) < 1.5 * sp.m]
                 knobs = [{**c, **emu} for c in knobs if local_bytes(c) <= have]
                 kernels = [gemm.render_opencl(sp, kn) for kn in knobs]

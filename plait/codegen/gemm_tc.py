@@ -15,8 +15,9 @@ a gathered element costs one broadcast local read and a bounds check instead of 
 Knobs: BM x BN block tile, BK K tile, WM x WN per warp, WK warp groups splitting each K tile (few-tile products),
 KS k8 steps per FP32 add, FOLD=1 to run a batch of products sharing A as one product with the batch along the
 columns (late convolution layers, whose per-image width of 49 or 196 would waste most of a tile), GT=0 to gather
-without the k-table, VG=1 to gather a weight gradient's operands four k at a time (`_vector_a`, `_vector_b`),
-MMA=0 for the portable twin.
+without the k-table, VG=1 to gather four elements per load (a weight gradient's operands four k at a time:
+`_vector_a`, `_vector_b`; an implicit convolution's columns four at a time: `_vector_conv`), MMA=0 for the
+portable twin.
 
 The same template has a portable twin (knob MMA=0, kernel kind GEMM3XTF32EMU) that computes each lane's
 accumulator elements of the same fragments with ordinary FMAs and an exact emulation of TF32 rounding, so the
@@ -382,6 +383,34 @@ def _table_gather(spec: GemmSpec, fold: bool) -> Callable[[str, str, str, str], 
     return gather
 
 
+def _vector_conv(spec: GemmSpec) -> bool:
+    """True when an implicit convolution's B (k-table gather) can load four neighbouring columns at once: stride
+    1 along the rows, output rows and the product's columns in whole fours (four aligned columns stay within one
+    output row of one image and one batch entry), 32-bit offsets."""
+    win = spec.conv
+    assert win is not None
+    return win.sw == 1 and win.ow % 4 == 0 and spec.n % 4 == 0 and _table_fits(spec)
+
+
+def _table_gather4(spec: GemmSpec, fold: bool) -> Callable[[str, str, str, str], tuple[str, str]]:
+    """`_table_gather` for four neighbouring columns (`_vector_conv`): one column placement, one k-table entry and
+    one row bounds check serve four loads of neighbouring image columns, each still checked against the width."""
+    win = spec.conv
+    assert win is not None
+
+    def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
+        decls = (
+            f"{conv_column(spec, row, fold)} const int2 e_ = ktab[{k}];"
+            " const int iy_ = iy0_ + (e_.y >> 16), ix_ = ix0_ + (e_.y & 0xffff);"
+            f" const bool in_ = ({cond}) && (uint)iy_ < {win.h}u;"
+            f" __global const float* p_ = b + (o_ + iy0_ * {win.w} + ix0_ + e_.x);"
+        )
+        lanes = ", ".join(f"in_ && (uint)(ix_ + {j}) < {win.w}u ? p_[{j}] : 0.0f" for j in range(4))
+        return decls, f"(float4)({lanes})"
+
+    return gather
+
+
 def _rows_fit(spec: GemmSpec) -> bool:
     """True when a `conv_t` spec's row table (`_rows_fill`) holds its window's shifts, as `_table_fits` says for
     the k-table."""
@@ -519,7 +548,10 @@ def _b_operand(
         b = _Operand("B", bn, n, bk, sbn, 1, False, nt, gather=gather_t, table=rows)
         return b, f"bz * {m * n}L + (long)gm * {n} + gn"
     gather = None
-    if spec.conv is not None:
+    four = spec.conv is not None and table and vector and _vector_conv(spec)
+    if four:
+        gather = _table_gather4(spec, fold)
+    elif spec.conv is not None:
         if table:
             gather = _table_gather(spec, fold)
         else:
@@ -527,13 +559,16 @@ def _b_operand(
             def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
                 return conv_gather(spec, f"{k0} + {k}", row, cond, fold)
 
+    # four gathered columns per load: a [k][column] tile read as if contiguous along the columns
+    gsr, gsk, galigned = (1, 0, True) if four else (0, 0, False)
     if not fold:
-        b = _Operand("B", bn, n, bk, sbn, sbk, _aligned(spec, "b"), nt, gather=gather, table=table)
+        sr, sk, aligned = (gsr, gsk, galigned) if four else (sbn, sbk, _aligned(spec, "b"))
+        b = _Operand("B", bn, n, bk, sr, sk, aligned, nt, gather=gather, table=table)
         return b, f"bz * {m * n}L + (long)gm * {n} + gn"
     if spec.a[1] or spec.a_inner:
         raise UnsupportedError(f"3xTF32 GEMM {spec}: FOLD=1 needs an A shared by every batch (batch stride 0)")
     if gather is not None:
-        b = _Operand("B", bn, spec.batch * n, bk, 0, 0, False, nt, gather=gather, table=table)
+        b = _Operand("B", bn, spec.batch * n, bk, gsr, gsk, galigned, nt, gather=gather, table=table)
         return b, f"(long)(gn / {n}) * {m * n} + (long)gm * {n} + gn % {n}"
     img, col = f"(long)((ROW) / {n})", f"(long)((ROW) % {n})"
     inner = spec.inner

@@ -5,8 +5,11 @@ device; kernels against NumPy, chunks crossing images, padding at both image edg
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
 
 from plait.codegen import gemm, gemm_tc
 from plait.codegen.gemm import GemmSpec
@@ -74,3 +77,40 @@ def test_vector_gather_needs_whole_fours() -> None:
     assert not gemm_tc._vector_b(shifted) and not gemm_tc._vector_a(shifted)
     kern = gemm.render_opencl(shifted, {**VG, "MMA": 0, **TILES[0]})
     assert "(float4)(in_" not in kern.source and "vload4(0, a + (long)((apos0_" not in kern.source
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize("mma", [0, 1])
+@pytest.mark.parametrize("fold", ["images", "graph", "knob"])
+def test_vector_gather_convolution(device: str, mma: int, fold: str) -> None:
+    """An implicit 3x3 stride-1 convolution (20 filters over WIN) gathering four neighbouring output columns per
+    load against PyTorch: one product per image ("images"), the images folded into the columns by the graph
+    ("graph": 144 columns, each four within one image's output row) or by the knob FOLD=1 ("knob")."""
+    if mma and (why := gemm_tc.mma_tf32_unsupported(get_device(device))):
+        pytest.skip(why)
+    x = rand((WIN.n, WIN.c, WIN.h, WIN.w), seed=6)
+    wt = rand((CO, WIN.c, 3, 3), seed=7)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(wt).double(), padding=1).numpy()
+    k, chw = WIN.c * 9, WIN.c * WIN.h * WIN.w
+    if fold == "graph":
+        spec = GemmSpec(1, CO, WIN.n * PLANE, k, (0, 0, k, 1), (0, chw, 0, 0), conv=WIN)
+    else:
+        spec = GemmSpec(WIN.n, CO, PLANE, k, (0, 0, k, 1), (0, chw, 0, 0), conv=dataclasses.replace(WIN, fold=False))
+    assert gemm_tc._vector_conv(spec)
+    knobs = {**VG, "MMA": mma, **TILES[0], "FOLD": int(fold == "knob")}
+    kern = gemm.render_opencl(spec, knobs, get_device(device).renderer)
+    assert "(float4)(in_" in kern.source
+    got = run_gemm_kernel(device, kern, spec.batch, spec.m, spec.n, wt, x)
+    if fold == "graph":
+        got = got.reshape(CO, WIN.n, PLANE).transpose(1, 0, 2)
+    assert_close(got.reshape(want.shape), want.astype(np.float32), "float32", f"VG=1 convolution, {fold}")
+
+
+def test_vector_conv_needs_whole_fours() -> None:
+    """A strided window or output rows not in whole fours keep one gathered column per load."""
+    spec = GemmSpec(1, CO, WIN.n * PLANE, 36, (0, 0, 36, 1), (0, 192, 0, 0), conv=WIN)
+    assert gemm_tc._vector_conv(spec)
+    for win in (dataclasses.replace(WIN, sw=2), dataclasses.replace(WIN, w=6)):
+        other = dataclasses.replace(spec, n=win.n * win.oh * win.ow, conv=win)
+        assert not gemm_tc._vector_conv(other)
+        assert "(float4)(in_" not in gemm.render_opencl(other, {**VG, "MMA": 0, **TILES[0]}).source
