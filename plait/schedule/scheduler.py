@@ -50,6 +50,11 @@ GROUP_SPLIT_MIN_PER_ITEM = 4  # fewest values each work-item of a group-split pa
 # stage's launch costs more than the extra partials gain. Batch norm's stacked moments and backward sums over 256+
 # channels (resnet's 14x14 and 7x7 layers at batch 64: 2 or 3 partials each before) lose a launch each.
 GROUP_SPLIT_ONE_STAGE = 512
+# On such devices a reduction over the innermost axis with at least this many values per output and few outputs
+# is group-split too (one work-group per output when the values are under GROUP_SPLIT_MIN_PER_ITEM per work-item):
+# a cross-entropy's max, sum of exponentials and picked-logit sum over 1000 classes for 64 images ran as 64
+# work-items looping 1000 times, 43-65 us each on an H100 (alexnet and resnet18 b64 training steps).
+GROUP_SPLIT_MIN_VALUES = 256
 
 
 def _split_reductions(order: list[Node], parts: int) -> bool:
@@ -59,9 +64,9 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
     On devices split `parts` ways (OpenCL: 256) each partial is a work-group of `parts` work-items that combine
     their sums in local memory (`rsplit`'s fourth argument), and an output gets as many partials as bring the
     reduction to about GROUP_SPLIT_TARGET work-groups (one when it has GROUP_SPLIT_ONE_STAGE outputs or more: then
-    there is no second stage). That covers reductions with up to 16 * parts outputs and 8 * parts or more values
-    each: the per-channel sums of batch norm in a training step (64 to 512 channels over N*H*W = 3k-200k values)
-    ran one work-item per channel (86-93% of an H100 training step at batch 64), then 256 work-items per channel
+    there is no second stage). That covers reductions with up to 16 * parts outputs and GROUP_SPLIT_MIN_VALUES or
+    more values each: the per-channel sums of batch norm in a training step (64 to 512 channels over N*H*W = 3k-200k
+    values) ran one work-item per channel (86-93% of an H100 training step at batch 64), then 256 work-items per channel
     (16k work-items for 64 channels: too few loads in flight to reach more than ~230 GB/s).
     A work-group reads consecutive positions of the reduced axes, so this needs them to include the innermost
     axis: a reduction over outer axes only (a bias gradient's sum over rows) keeps adjacent work-items on adjacent
@@ -69,7 +74,7 @@ def _split_reductions(order: list[Node], parts: int) -> bool:
     Elsewhere (cpu: 16 ways) a partial is one work-item's contiguous chunk of 256 or more values."""
     changed = False
     wide = parts >= SPLIT_WIDE_PARTS
-    most, least = (16 * parts, 8 * parts) if wide else (64, 32768)
+    most, least = (16 * parts, GROUP_SPLIT_MIN_VALUES) if wide else (64, 32768)
     for node in order:
         if not node.op.startswith("r") or node.op not in ("rsum", "rmax", "rmin", "rprod"):
             continue
