@@ -254,7 +254,7 @@ class Plan:
         """Storage for the items' outputs (see plan_memory); without `reuse` every item gets a buffer of its own."""
         at = {item.out.uid: i for i, item in enumerate(self.items)}
         sizes = [item.out.size * item.out.dtype.itemsize for item in self.items]
-        self.unshared_bytes = sum(n.size * n.dtype.itemsize for n in self.inputs) + sum(
+        self.unshared_buffer_bytes = sum(n.size * n.dtype.itemsize for n in self.inputs) + sum(
             size for size, item in zip(sizes, self.items, strict=True) if item.kind != "alias"
         )
         if not reuse:
@@ -268,10 +268,21 @@ class Plan:
     @property
     def peak_bytes(self) -> int:
         """Device memory the plan's own buffers take (inputs, outputs, kept values and the shared slots): what its
-        replays need beyond the caller's buffers. `unshared_bytes` is the same without reuse."""
+        replays need beyond the caller's buffers, with the scratch a replay holds on to (on cpu, each team run's
+        shared buffer for packed operands, sized by the first replay). `unshared_bytes` is the same without reuse."""
         own = [self.buffers[n.uid] for n in self.inputs]
         own += [self.buffers[it.out.uid] for it in self.items if it.kind != "alias"]
-        return sum(b.nbytes for b in own if not isinstance(b, Tenant)) + sum(self.memory.sizes)
+        return sum(b.nbytes for b in own if not isinstance(b, Tenant)) + sum(self.memory.sizes) + self.scratch_bytes
+
+    @property
+    def unshared_bytes(self) -> int:
+        """What peak_bytes would be if every value the plan computes had a buffer of its own."""
+        return self.unshared_buffer_bytes + self.scratch_bytes
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Scratch the replay keeps between calls: on cpu, each team run's shared buffer (packed operands)."""
+        return sum(getattr(r, "shared_bytes", 0) for r in self.replay)
 
     def _buffer_of(self, node: Node) -> Buffer:
         if node.buffer is not None:

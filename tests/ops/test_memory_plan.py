@@ -83,12 +83,15 @@ def test_a_chain_peaks_below_the_sum_of_its_intermediates() -> None:
         ref = np.tanh(ref @ ws)
     np.testing.assert_allclose(plan(xs, ws)[0], ref, rtol=1e-5, atol=1e-6)
     block = 32 * 32 * 4
-    # inputs and output own their buffers; the seven intermediates fit in two slots
-    assert plan.unshared_bytes == 10 * block
-    assert plan.peak_bytes == 5 * block
+    # inputs and output own their buffers; the seven intermediates fit in two slots; the team run keeps one packed
+    # 32x32 operand where its products split their rows between threads
+    extra = plan.scratch_bytes
+    assert extra in (0, block)
+    assert plan.unshared_bytes == 10 * block + extra
+    assert plan.peak_bytes == 5 * block + extra
     report = profile_plan(plan, reps=1)  # the kernel report shows the peak too
-    assert (report.memory_bytes, report.unshared_bytes) == (5 * block, 10 * block)
-    assert f"peak {5 * block / 2**20:.1f} MB in the plans' buffers" in str(report)
+    assert (report.memory_bytes, report.unshared_bytes) == (5 * block + extra, 10 * block + extra)
+    assert f"peak {(5 * block + extra) / 2**20:.1f} MB in the plans' buffers" in str(report)
 
 
 def test_values_a_tensor_holds_are_kept_and_others_recomputed() -> None:
