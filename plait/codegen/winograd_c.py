@@ -256,12 +256,38 @@ def _sandwich(
     return lines, out
 
 
+def _gather(m: int) -> str:
+    """Statements storing, for each tile element column v, 16 tiles' elements row[m * tx + v] (tx < 16) of one
+    zero-padded input row chunk `s` into P: the row's m vectors (and m more loaded m floats further on, for v >= m)
+    are deinterleaved with two-source shuffles instead of 16 strided scalar copies."""
+    al = m + 2
+    lines = [f"        plait_v16 x{i} = *(const plait_v16*)(s + {16 * i});" for i in range(m)]
+    lines += [f"        plait_v16 y{i} = *(const plait_v16*)(s + {m + 16 * i});" for i in range(m)]
+    for v in range(al):
+        src, vv = ("x", v) if v < m else ("y", v - m)
+        if m == 2:
+            idx = [vv + 2 * i for i in range(8)] + [16 + vv + 2 * i for i in range(8)]
+            expr = f"PLAIT_WSHUF({src}0, {src}1, {', '.join(map(str, idx))})"
+            lines.append(f"        *(plait_v16*)(p + {v} * pp) = {expr};")
+            continue
+        half = [vv + 4 * i for i in range(4)] + [16 + vv + 4 * i for i in range(4)] + [0] * 8
+        h = ", ".join(map(str, half))
+        lines.append(
+            f"        plait_v16 lo{v} = PLAIT_WSHUF({src}0, {src}1, {h}), hi{v} = PLAIT_WSHUF({src}2, {src}3, {h});"
+        )
+        both = ", ".join(map(str, [*range(8), *range(16, 24)]))
+        lines.append(f"        *(plait_v16*)(p + {v} * pp) = PLAIT_WSHUF(lo{v}, hi{v}, {both});")
+    return "\n".join(lines)
+
+
 def _transforms(m: int) -> str:
     """The input and output tile transforms for F(m, 3), in explicit 16-wide vectors over the tiles of a block (the
     block's tile columns are padded to whole panels, so every vector is full)."""
+    if m not in (2, 4):
+        raise PlaitError(f"Winograd F({m}, 3): only F(2, 3) and F(4, 3) have C transforms; use PLAIT_WINOGRAD=2 or 4")
     bt, _, at = TRANSFORMS[m]
     al, v16 = m + 2, "plait_v16"
-    src_in = [[f"*(const {v16}*)(P + {u * al + v} * tbp + j)" for v in range(al)] for u in range(al)]
+    src_in = [[f"*(const {v16}*)(P + {u * al + v} * pp + j)" for v in range(al)] for u in range(al)]
     lines_in, v_out = _sandwich(bt, src_in, "t", "    ", v16)
     stores_in = [f"    *({v16}*)(d + {a * al + b} * xs) = {v_out[a][b]};" for a in range(al) for b in range(al)]
     src_out = [[f"*(const {v16}*)(mb + {u * al + v} * ms + j)" for v in range(al)] for u in range(al)]
@@ -274,17 +300,20 @@ def _transforms(m: int) -> str:
    panels: tile j of the block is panel column j % nr of panel j / nr, element xi of the tile at stride xs. */
 __attribute__((noinline)) static void plait_wino_in_f{m}(const float* x, const plait_wino_geo* g, long r0, long r1,
                                                         int c, float* V, int nr) {{
-  int tw = g->tw, tbp = g->tbp, wp = tw * {m} + 2, tiles = (int)(r1 - r0) * tw, used = (tiles + nr - 1) / nr * nr;
-  long xs = (long)(tbp / nr) * g->c * nr;
-  float P[{al * al} * tbp], rb[{al} * wp];
+  int tw = g->tw, tbp = g->tbp, tiles = (int)(r1 - r0) * tw, used = (tiles + nr - 1) / nr * nr;
+  /* P's rows have 16 columns of slack: a tile row's last 16-tile store may run past its tiles (the next tile row,
+     or the zeroing below, overwrites those columns); an input row holds whole 16-tile chunks and m floats more */
+  int pp = tbp + 16, chunks = (tw + 15) / 16, pitch = chunks * {16 * m} + 16, wp = tw * {m} + 2;
+  long xs = (long)(tbp / nr) * g->c * nr + PLAIT_WINO_SKEW;
+  float P[{al * al} * pp] __attribute__((aligned(64))), rb[{al} * pitch] __attribute__((aligned(64)));
+  for (int u = 0; u < {al}; u++) memset(rb + u * pitch + wp, 0, sizeof(float) * (pitch - wp)); /* read, never used */
   for (long R = r0; R < r1; R++) {{
     int n = (int)(R / g->th), ty = (int)(R % g->th), jb = (int)(R - r0) * tw;
     const float* xc = x + ((long)n * g->c + c) * g->h * g->w;
-    /* the tile row's input rows, zero-padded (row q holds input column q - pw), then each tile element (u, v)
-       gathered into a run over the tiles: unconditional strided copies */
+    /* the tile row's input rows, zero-padded (row q holds input column q - pw) */
     for (int u = 0; u < {al}; u++) {{
       int iy = ty * {m} - g->ph + u;
-      float* row = rb + u * wp;
+      float* row = rb + u * pitch;
       if (iy < 0 || iy >= g->h) {{
         memset(row, 0, sizeof(float) * wp);
         continue;
@@ -293,16 +322,17 @@ __attribute__((noinline)) static void plait_wino_in_f{m}(const float* x, const p
       memcpy(row + g->pw, xc + (long)iy * g->w, sizeof(float) * g->w);
       memset(row + g->pw + g->w, 0, sizeof(float) * (wp - g->pw - g->w));
     }}
+    /* each tile element (u, v) into a run over the tiles, 16 tiles per shuffle */
     for (int u = 0; u < {al}; u++)
-      for (int v = 0; v < {al}; v++) {{
-        float* restrict p = P + (u * {al} + v) * tbp + jb;
-        const float* restrict src = rb + u * wp + v;
-        for (int tx = 0; tx < tw; tx++) p[tx] = src[tx * {m}];
+      for (int ch = 0; ch < chunks; ch++) {{
+        const float* s = rb + u * pitch + ch * {16 * m};
+        float* p = P + u * {al} * pp + jb + ch * 16;
+{_gather(m)}
       }}
   }}
   /* columns past the block's last tile are zeros, so the products there stay finite */
   for (int e = 0; e < {al * al}; e++)
-    for (int j = tiles; j < used; j++) P[e * tbp + j] = 0.0f;
+    for (int j = tiles; j < used; j++) P[e * pp + j] = 0.0f;
   for (int j = 0; j < used; j += 16) {{
     float* d = V + ((long)(j / nr) * g->c + c) * nr + j % nr;
 {body_in}
@@ -314,7 +344,7 @@ __attribute__((noinline)) static void plait_wino_in_f{m}(const float* x, const p
 __attribute__((noinline)) static void plait_wino_out_f{m}(const float* Mb, int mr, int rows, long r0, long r1,
                                                          const plait_wino_geo* g, float* Y, int k0, float* O) {{
   int tw = g->tw, tbp = g->tbp, used = ((int)(r1 - r0) * tw + 15) / 16 * 16;
-  long ms = (long)mr * tbp;
+  long ms = (long)mr * tbp + PLAIT_WINO_SKEW;
   for (int i = 0; i < rows; i++) {{
     const float* mb = Mb + (long)i * tbp;
     for (int j = 0; j < used; j += 16) {{
@@ -341,6 +371,16 @@ _GEO = """//@shared-begin plait_wino_geo
    stride of U), image, output,
    padding, tile rows and columns per image, tile rows per block and tile columns per block (padded to panels). */
 typedef struct { int c, k, kp, ldu, h, w, oh, ow, ph, pw, th, tw, rpb, tbp; } plait_wino_geo;
+/* Floats between consecutive tile elements xi of the transformed inputs V and of the products, past a whole number
+   of panels: those strides are often a multiple of 4 KB (64 channels x 16 tiles x 4 bytes), which put all 36 stores
+   of one input tile (and the output transform's 36 loads) into one L1 set; one line more spreads them over 36. */
+enum { PLAIT_WINO_SKEW = 16 };
+typedef int plait_wi16 __attribute__((vector_size(64)));
+#if defined(__clang__)
+#define PLAIT_WSHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define PLAIT_WSHUF(a, b, ...) __builtin_shuffle(a, b, (plait_wi16){__VA_ARGS__})
+#endif
 //@shared-end
 """
 
@@ -354,7 +394,7 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
                               plait_epi_fn epi, void* const* extra) {{
   long rows_all = (long)images * g->th;
   int rpb = g->rpb, tbp = g->tbp, panels = tbp / {nr}, groups = g->kp / {mr};
-  long blocks = (rows_all + rpb - 1) / rpb, vblock = {al2}L * panels * g->c * {nr};
+  long blocks = (rows_all + rpb - 1) / rpb, xs = (long)panels * g->c * {nr} + PLAIT_WINO_SKEW, vblock = {al2}L * xs;
   long chunk = {V_BUDGET}L / (vblock * (long)sizeof(float));
   if (chunk < 1) chunk = 1;
   if (chunk > blocks) chunk = blocks;
@@ -378,13 +418,14 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
         long r0 = (b0 + t / groups) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
         int k0 = (int)(t % groups) * {mr}, rows = g->k - k0 < {mr} ? g->k - k0 : {mr};
         const float* vb = V + t / groups * vblock;
-        float* mb = plait_scratch((size_t){al2 * mr} * tbp + (size_t){m * m} * tbp);
+        long ms = (long){mr} * tbp + PLAIT_WINO_SKEW;
+        float* mb = plait_scratch((size_t)({al2} * ms) + (size_t){m * m} * tbp);
         int used = (int)(((r1 - r0) * g->tw + {nr - 1}) / {nr});
         for (int xi = 0; xi < {al2}; xi++)
           for (int p = 0; p < used; p++)
-            plait_micro_{t}(g->c, U + ((long)xi * g->kp + k0) * g->ldu, g->ldu, vb + ((long)xi * panels + p) * g->c * {nr},
-                            mb + (long)xi * {mr} * tbp + p * {nr}, tbp, 1, {mr}, {nr}, 0);
-        plait_wino_out_f{m}(mb, {mr}, rows, r0, r1, g, Y, k0, mb + (long){al2 * mr} * tbp);
+            plait_micro_{t}(g->c, U + ((long)xi * g->kp + k0) * g->ldu, g->ldu, vb + xi * xs + (long)p * g->c * {nr},
+                            mb + xi * ms + p * {nr}, tbp, 1, {mr}, {nr}, 0);
+        plait_wino_out_f{m}(mb, {mr}, rows, r0, r1, g, Y, k0, mb + {al2} * ms);
         /* the epilogue runs on each image's rows of finished output, a contiguous run of every channel plane */
         for (long R = r0; epi && R < r1;) {{
           long n = R / g->th, end = (n + 1) * g->th < r1 ? (n + 1) * g->th : r1;

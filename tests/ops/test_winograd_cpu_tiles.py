@@ -1,0 +1,34 @@
+"""The cpu Winograd kernel's input tiles gathered by shuffles, 16 tiles of a tile row at a time (winograd_c._gather),
+into rows of transformed tiles whose element stride is skewed off a multiple of 4 KB: tile rows of several 16-tile
+chunks and partial chunks, both tile sizes, padding 0-2, batches whose blocks span images; against PyTorch."""
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from plait import settings
+from tests.helpers import assert_close, rand
+
+CASES = [  # n, c, h, w, k, padding
+    (1, 16, 70, 70, 24, 1),  # F(4,3): 18 tiles per row (a chunk of 16 and one of 2); F(2,3): 35 (three chunks)
+    (2, 8, 21, 37, 16, 0),  # rows of 9 / 18 tiles (a partial chunk), blocks across two images
+    (1, 8, 12, 66, 8, 2),  # padding 2 on both sides, 17 / 34 tiles per row
+]
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("case", CASES)
+def test_winograd_tiles_match_torch(case, m):
+    n, c, h, w, k, pad = case
+    x = rand((n, c, h, w), low=-1, high=1)
+    wt, b = rand((k, c, 3, 3), seed=1, low=-1, high=1) * 0.2, rand((k,), seed=2)
+    wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
+    f = plait.jit(lambda t: F.conv2d(t, wp, bp, padding=pad).relu(), device="cpu")
+    with settings.override(PLAIT_WINOGRAD=str(m)):
+        got = np.asarray(f(x))
+        plan, _ = f.plan_for([x])
+    assert any(kern.name.startswith(f"WINO{m}_") for kern in plan.kernels), [kern.name for kern in plan.kernels]
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding=pad)
+    assert_close(got, want.relu().numpy(), "float32", f"winograd F({m},3) {case}", tol_scale=10)
