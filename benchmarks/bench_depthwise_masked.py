@@ -1,0 +1,112 @@
+"""mobilenet_v2's twin on the `cpu` device with the depthwise kernel choice before the masked in-place kernel
+(plait_dw_masked) and as it is, in one process: kernel by kernel in turn (thread CPU time, fewest of --repeats, run it
+with one thread), or with --wall whole replays in turn beside ONNX Runtime on the same weights (wall time, medians
+over --rounds, PLAIT_NUM_THREADS threads for plait and ORT alike, so load from other jobs falls on all three alike).
+
+"before" picks the depthwise kernel as gemm_c.dw_kernel did before the masked kernel: strided layers across the
+vector lanes, stride-1 rows of 10-28 outputs in flat runs, narrower rows and planes up to 56x56 across the lanes,
+wider ones row by row; "after" is gemm_c.dw_kernel.
+
+    OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_depthwise_masked.py --batch 1
+    OMP_WAIT_POLICY=PASSIVE PLAIT_NUM_THREADS=2 .venv/bin/python benchmarks/bench_depthwise_masked.py --wall --batch 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from plait.codegen import gemm_c
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_depthwise_c import built_with
+from bench_onnx import export, twin
+from bench_onnx_kernels import interleaved_kernel_times, report
+
+
+def before_rule(win: Any) -> str:
+    """gemm_c.dw_kernel before the masked kernel."""
+    if win.sh > 1 or win.sw > 1:
+        return "lanes"
+    if gemm_c.DW_FLAT_ROWS[0] <= win.ow < gemm_c.DW_FLAT_ROWS[1]:
+        return "flat"
+    return "lanes" if win.ow < 16 or win.oh * win.ow <= gemm_c.DW_LANES_MAX else "rows"
+
+
+def plans(x: np.ndarray) -> dict[str, tuple[Any, np.ndarray]]:
+    """The twin's plan and output for `x`, rendered with each rule."""
+
+    def build() -> tuple[Any, np.ndarray]:
+        f = twin("mobilenet_v2", "cpu")
+        y = np.asarray(f(x))
+        return f.plan_for([x])[0], y
+
+    return {"before": built_with(before_rule, build), "after": built_with(gemm_c.dw_kernel, build)}
+
+
+def kernels(x: np.ndarray, repeats: int) -> None:
+    """Both plans kernel by kernel, then each depthwise kernel side by side."""
+    built = plans(x)
+    times = interleaved_kernel_times({k: p for k, (p, _) in built.items()}, repeats)
+    for label, per in times.items():
+        report(f"  {label}", per, 0)
+    print("| depthwise kernel | before ms | after ms |")
+    print("| --- | --- | --- |")
+    for (t0, name), (t1, _) in zip(times["before"], times["after"], strict=True):
+        if name.startswith("DWCONV"):
+            print(f"| {name.rsplit('_', 1)[0]} | {t0 * 1e3:.3f} | {t1 * 1e3:.3f} |")
+
+
+def wall(x: np.ndarray, rounds: int) -> None:
+    """Whole replays of both plans and ORT's run in turn (order alternating per round); medians and quartiles."""
+    built = plans(x)
+    threads = int(os.environ.get("PLAIT_NUM_THREADS", "1"))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(export("mobilenet_v2"), opts, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    for label, (_, y) in built.items():
+        np.testing.assert_allclose(y, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()), err_msg=label)
+    fns = {label: plan.run for label, (plan, _) in built.items()}
+    fns["ORT"] = lambda: sess.run(None, {"x": x})
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(2):  # warm-up
+        for fn in fns.values():
+            fn()
+    for r in range(rounds):
+        for label in list(fns)[:: 1 if r % 2 else -1]:
+            t0 = time.perf_counter()
+            fns[label]()
+            samples[label].append((time.perf_counter() - t0) * 1e3)
+            time.sleep(0.02)  # ORT's pool stops spinning before the next run
+    print(f"{threads} threads, {rounds} rounds, ms: median (p25-p75)")
+    for label, v in samples.items():
+        p25, p50, p75 = np.percentile(v, [25, 50, 75])
+        print(f"  {label:7s} {p50:8.2f} ({p25:.2f}-{p75:.2f})  / ORT {p50 / np.median(samples['ORT']):.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=20, help="kernel launches per kernel; the fewest counts")
+    ap.add_argument("--wall", action="store_true", help="whole replays beside ONNX Runtime instead")
+    ap.add_argument("--rounds", type=int, default=30)
+    args = ap.parse_args()
+    print(f"mobilenet_v2 b{args.batch}, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())} at the start")
+    x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
+    if args.wall:
+        wall(x, args.rounds)
+    else:
+        kernels(x, args.repeats)
+    print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
