@@ -15,9 +15,10 @@ a gathered element costs one broadcast local read and a bounds check instead of 
 Knobs: BM x BN block tile, BK K tile, WM x WN per warp, WK warp groups splitting each K tile (few-tile products),
 KS k8 steps per FP32 add, FOLD=1 to run a batch of products sharing A as one product with the batch along the
 columns (late convolution layers, whose per-image width of 49 or 196 would waste most of a tile), GT=0 to gather
-without the k-table, VG=1 to gather four elements per load (a weight gradient's operands four k at a time:
-`_vector_a`, `_vector_b`; an implicit convolution's columns four at a time: `_vector_conv`), MMA=0 for the
-portable twin.
+without the k-table, VA=0 to read an output gradient in place from NCHW one float per load instead of four k as
+one float4 where `_vector_a` allows, VG=1 to gather four B elements per load (a weight gradient's columns four k
+at a time: `_vector_b`; an implicit convolution's columns four at a time: `_vector_conv`), MMA=0 for the portable
+twin.
 
 The same template has a portable twin (knob MMA=0, kernel kind GEMM3XTF32EMU) that computes each lane's
 accumulator elements of the same fragments with ordinary FMAs and an exact emulation of TF32 rounding, so the
@@ -48,7 +49,7 @@ from plait.codegen.gemm import (
 )
 from plait.errors import DeviceError, UnsupportedError
 
-TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 1, "GT": 1, "VG": 0}
+TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 1, "GT": 1, "VA": 1, "VG": 0}
 
 # TF32 rounding by integer ops (round to nearest, ties away, 10 mantissa bits: what cvt.rna.tf32 computes, but at
 # integer rate, where conversions run at a quarter of it). The residual goes to the tensor core unrounded: it reads
@@ -607,11 +608,10 @@ def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue |
     warps_n, warps = bn // wn, (bm // wm) * (bn // wn)
     nt = wk * warps * 32
     m, k = spec.m, spec.k
-    vector = bool(kn["VG"])
-    a = _a_operand(spec, bm, bk, nt, vector)
+    a = _a_operand(spec, bm, bk, nt, bool(kn["VA"]))
     fold = bool(kn.get("FOLD"))
     table = spec.conv is not None and bool(kn["GT"]) and _table_fits(spec)
-    b, c_at = _b_operand(spec, bn, bk, nt, fold, table, vector)
+    b, c_at = _b_operand(spec, bn, bk, nt, fold, table, bool(kn["VG"]))
     full_m, full_n, full_k = m % bm == 0, b.size % bn == 0, k % bk == 0
     mi, ni = wm // 16, wn // 8
     stmts, res, params = _epi(r, epi, "acc[mi][ni][q]", c_at, "          ")

@@ -15,6 +15,7 @@ from plait.codegen import gemm, gemm_tc
 from plait.codegen.gemm import GemmSpec
 from plait.graph.ops.conv import Window
 from plait.runtime import get_device
+from plait.tune import _tc_heuristic
 from tests.conftest import DEVICES
 from tests.helpers import assert_close, rand, run_gemm_kernel
 from tests.ops.test_conv_gather_train_cl import _columns
@@ -25,6 +26,7 @@ TILES = [
     {"BM": 32, "BN": 32, "BK": 16, "WM": 16, "WN": 16},
     {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32},
 ]
+CONV64 = {"BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2}  # the 64-filter convolutions' tiles
 WIN = Window(3, 4, 6, 8, 3, 3, 1, 1, 1, 1, fold=True)  # 3 images, 4 channels, 6x8, 3x3 window, stride 1, padding 1
 PLANE, CO, ROWS = 48, 20, 36  # output plane, dy's channels, patch rows (C * 3 * 3)
 
@@ -82,10 +84,12 @@ def test_vector_gather_needs_whole_fours() -> None:
 @pytest.mark.parametrize("device", CL_DEVICES)
 @pytest.mark.parametrize("mma", [0, 1])
 @pytest.mark.parametrize("fold", ["images", "graph", "knob"])
-def test_vector_gather_convolution(device: str, mma: int, fold: str) -> None:
+@pytest.mark.parametrize("tile", [TILES[0], CONV64])
+def test_vector_gather_convolution(device: str, mma: int, fold: str, tile: dict[str, int]) -> None:
     """An implicit 3x3 stride-1 convolution (20 filters over WIN) gathering four neighbouring output columns per
     load against PyTorch: one product per image ("images"), the images folded into the columns by the graph
-    ("graph": 144 columns, each four within one image's output row) or by the knob FOLD=1 ("knob")."""
+    ("graph": 144 columns, each four within one image's output row) or by the knob FOLD=1 ("knob"); small tiles,
+    and the 64-filter products' tiles (`tune._four_columns`)."""
     if mma and (why := gemm_tc.mma_tf32_unsupported(get_device(device))):
         pytest.skip(why)
     x = rand((WIN.n, WIN.c, WIN.h, WIN.w), seed=6)
@@ -97,7 +101,7 @@ def test_vector_gather_convolution(device: str, mma: int, fold: str) -> None:
     else:
         spec = GemmSpec(WIN.n, CO, PLANE, k, (0, 0, k, 1), (0, chw, 0, 0), conv=dataclasses.replace(WIN, fold=False))
     assert gemm_tc._vector_conv(spec)
-    knobs = {**VG, "MMA": mma, **TILES[0], "FOLD": int(fold == "knob")}
+    knobs = {**VG, "MMA": mma, **tile, "FOLD": int(fold == "knob")}
     kern = gemm.render_opencl(spec, knobs, get_device(device).renderer)
     assert "(float4)(in_" in kern.source
     got = run_gemm_kernel(device, kern, spec.batch, spec.m, spec.n, wt, x)
@@ -114,3 +118,26 @@ def test_vector_conv_needs_whole_fours() -> None:
         other = dataclasses.replace(spec, n=win.n * win.oh * win.ow, conv=win)
         assert not gemm_tc._vector_conv(other)
         assert "(float4)(in_" not in gemm.render_opencl(other, {**VG, "MMA": 0, **TILES[0]}).source
+
+
+def test_va_knob_reads_one_float_per_load() -> None:
+    """VA=0 keeps the in-place output gradient's one-float loads where float4 ones would fit."""
+    spec, _, _, _ = _case(3, 2, 16, True)
+    assert gemm_tc._vector_a(spec)
+    assert "vload4(0, a + (long)((apos0_" in gemm.render_opencl(spec, {"V": 3, "MMA": 0, **TILES[0]}).source
+    assert (
+        "vload4(0, a + (long)((apos0_" not in gemm.render_opencl(spec, {"V": 3, "MMA": 0, "VA": 0, **TILES[0]}).source
+    )
+
+
+def test_four_columns_for_64_filter_convolutions() -> None:
+    """The heuristic gives vgg16 b64's 64-filter 3x3 forward (64x128 tiles) four-column gathers and KS 2; not a
+    3-channel stem (K 27), a stride-2 window or 27-wide output rows (alexnet)."""
+    win = Window(64, 64, 224, 224, 3, 3, 1, 1, 1, 1, fold=True)
+    spec = GemmSpec(1, 64, 64 * 50176, 576, (0, 0, 576, 1), (0, 64 * 50176, 0, 0), conv=win)
+    assert _tc_heuristic(spec) == {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2, "VG": 1}
+    stem = dataclasses.replace(spec, k=27, conv=dataclasses.replace(win, c=3))
+    strided = dataclasses.replace(spec, n=64 * 112 * 112, conv=dataclasses.replace(win, sh=2, sw=2))
+    narrow = dataclasses.replace(spec, n=64 * 729, conv=dataclasses.replace(win, h=27, w=27))
+    for other in (stem, strided, narrow):
+        assert "VG" not in _tc_heuristic(other)
