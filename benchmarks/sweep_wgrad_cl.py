@@ -117,6 +117,20 @@ def _buffers(dev: Any, spec: Any, pool: dict[int, Any]) -> list[Any]:
     return out
 
 
+def _before(spec: Any, heur: dict[str, int]) -> list[tuple[str, Any, dict[str, int]]]:
+    """With --ab: the product and knobs as the tree before the four-wide loads ran it (dy one float per load,
+    one-float column gathers, wide weight gradients over the (C, N*P) copy), where they differ from now."""
+    from plait.tune import _four_columns
+
+    out = []
+    if spec.a_nchw is not None:
+        out.append(("VA=0 ", spec, {**heur, "VA": 0}))
+        out.append(("copy ", dataclasses.replace(spec, a_nchw=None, a=(0, *spec.a[1:])), heur))
+    if _four_columns(spec):
+        out.append(("before ", spec, {k: v for k, v in heur.items() if k not in ("VG", "KS")}))
+    return out
+
+
 def main() -> None:
     from sweep_train_gemms import _specs
 
@@ -132,6 +146,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=16, help="products timed per model, by total FLOPs in the step")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=200.0, help="stop starting new products after this long")
+    ap.add_argument("--ab", action="store_true", help="each product as now against as before the four-wide loads")
     args = ap.parse_args()
     dev = get_device(args.device)
     emu = {"MMA": 0} if mma_tf32_unsupported(dev) else {}
@@ -148,6 +163,24 @@ def main() -> None:
             for buf in pool_bufs.values():
                 dev.allocator.free(buf.nbytes, buf.handle)
             pool_bufs.clear()
+            if args.ab:
+                heur = _tc_heuristic(spec)
+                before = _before(spec, heur)
+                if not before:
+                    continue
+                runs = [("now ", spec, heur), *before]
+                kernels = [gemm.render_opencl(sp, {**kn, **emu}) for _, sp, kn in runs]
+                progs = dev.compile_batch([(k.source, k.name) for k in kernels])
+                rows = []
+                for (label, sp, kn), kern, prog in zip(runs, kernels, progs, strict=True):
+                    launch = prog.bind(_buffers(dev, sp, pool_bufs), kern.global_size, kern.local_size)
+                    t = sorted(dev.time_launch(launch) for _ in range(args.reps))[args.reps // 2]
+                    rows.append(f"{label}{t * 1e3:.3f} ms {sp.flops / t / 1e12:.1f} TF {kn}")
+                print(
+                    f"-- {name} {spec.batch}x{spec.m}x{spec.n}x{spec.k} a_nchw={spec.a_nchw}, {uses} uses", flush=True
+                )
+                print("   " + "\n   ".join(rows), flush=True)
+                continue
             for label, sp in _variants(spec):
                 pool = VARIANTS["grad" if sp.conv_t is not None else "other"]
                 heur = _tc_heuristic(sp)
