@@ -321,12 +321,6 @@ def conv2d(
 # gradient would be a few outputs with a K of every image's positions, which no GEMM template spreads over a device
 FOLD_MIN_ROWS = 16
 
-# OpenCL: a stride-1 input gradient with fewer channels than this on either side (where Winograd does not take it:
-# winograd_cl.MIN_CHANNELS) runs as the training forward does, one implicit GEMM with the batch folded into its
-# columns, instead of a product per image: on an H100 resnet18 b64's 64-channel 3x3 layers ran their per-image
-# input gradients (64 rows x 3136 columns per image) at 27 TFLOP/s and the folded forwards of the same shape at 37
-FOLD_DGRAD_MAX_CHANNELS = 128
-
 
 # output positions per image from which a cpu training convolution's forward runs per image (see below)
 PER_IMAGE_MIN_POSITIONS = 128
@@ -413,8 +407,6 @@ def _conv_vjp(
     # since the rule's contributions reach only ancestors of `out`
     pointwise = (kh, kw, win.sh, win.sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)
     pointwise = pointwise and folded and g == 1 and x.node.device.startswith("opencl") and _views_of(cols.node, x.node)
-    fold_dgrad = transposed and g == 1 and c >= FOLD_MIN_ROWS and min(c, co) < FOLD_DGRAD_MAX_CHANNELS
-    fold_dgrad = fold_dgrad and x.node.device.startswith("opencl")
     transposed = transposed or pointwise
     # the rule keeps nodes, not Tensors: a live Tensor marks its value as one the caller can read, which a plan
     # then may not reuse (plait/schedule/plan.py, `held`); the patch columns are only the weight gradient's
@@ -428,12 +420,8 @@ def _conv_vjp(
             # copied by an elementwise pass: a flip is no strided view, and as one contiguous buffer the weight is
             # read in place by the GEMM (and by Winograd's transform) instead of being expanded over the batch first
             flipped = w.reshape(g, co // g, cg, kh, kw).permute(0, 2, 1, 3, 4).flip((3, 4)) * 1.0
-            pads = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
-            if fold_dgrad:
-                twin = Window(n, co, gout.shape[2], gout.shape[3], kh, kw, 1, 1, *pads, dh, dw, fold=True)
-                dx, _ = _conv2d_folded(gout, flipped.reshape(c, co, kh, kw), twin, 1)
-            else:
-                dx = conv2d(gout, flipped.reshape(c, co // g, kh, kw), None, 1, pads, (dh, dw), g)
+            dx = conv2d(gout, flipped.reshape(c, co // g, kh, kw), None, 1, (dh * (kh - 1) - ph, dw * (kw - 1) - pw),
+                        (dh, dw), g)  # fmt: skip
             grads.append((x_node, dx.node))
         elif x_node.rg and direct:
             grads.append((x_node, depthwise_cl.depthwise_dgrad_cl(grad, w_node, win)))
