@@ -186,6 +186,18 @@ def _tile_m(spec: Any, constant_weight: bool) -> int | None:
     return None
 
 
+SHALLOW_C = 64  # products over at most this many input channels avoid the 24x1 register tile
+
+
+def _tile_factor(mr: int, c: int) -> float:
+    """Relative cost per multiply-add of the register tile with `mr` rows in a product over `c` input channels. Measured
+    one thread, interleaved: 64 channels F(4,3) 56x56 24x1 -> 8x3 1.65 -> 1.39 ms and 224x224 40.7 -> 29.4 ms (6x4);
+    128 and 256 channels at 112x112 and 56x56 ran 7% slower as 12x2 than as 24x1."""
+    if mr == 24:
+        return gemm_c.TILE_COST[(24, 1)] if c <= SHALLOW_C else 1.0
+    return 1.02
+
+
 def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
     """A Winograd plan for the convolution GEMM `spec`, or None where the implicit GEMM is the better choice.
     `constant_weight`: the weight transform runs once per plan, not on every call."""
@@ -209,8 +221,9 @@ def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
             blocks = -(-rows // rpb)
             last = rows - (blocks - 1) * rpb
             cols = (blocks - 1) * -(-rpb * tw // nr) * nr + -(-last * tw // nr) * nr
-            # padded product work plus U traffic; then the 24-row tile (fewest loads per multiply-add)
-            cost = (cols * kp + (6 * blocks * kp if streamed else 0)) * (1.0 if mr == 24 else 1.02)
+            # padded product work plus U traffic; then the 24-row tile (fewest loads per multiply-add), except over
+            # a shallow depth (products over <= SHALLOW_C channels), where it cost 1.2-1.4x the others (docs/benchmarks.md)
+            cost = (cols * kp + (6 * blocks * kp if streamed else 0)) * _tile_factor(mr, c)
             if best is None or cost < best[0]:
                 best = (cost, mr, nv, rpb)
     assert best is not None

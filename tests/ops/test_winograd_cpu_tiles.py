@@ -9,6 +9,7 @@ import torch
 import plait
 import plait.nn.functional as F
 from plait import settings
+from plait.codegen import gemm, winograd_c
 from tests.helpers import assert_close, rand
 
 CASES = [  # n, c, h, w, k, padding
@@ -32,3 +33,18 @@ def test_winograd_tiles_match_torch(case, m):
     assert any(kern.name.startswith(f"WINO{m}_") for kern in plan.kernels), [kern.name for kern in plan.kernels]
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding=pad)
     assert_close(got, want.relu().numpy(), "float32", f"winograd F({m},3) {case}", tol_scale=10)
+
+
+def test_register_tile_choice():
+    """Products over 64 input channels avoid the load-bound 24x1 register tile; deeper ones keep it where it pads
+    least (winograd_c._tile_factor)."""
+
+    def plan(c: int, k: int, hw: int) -> tuple[int, int]:
+        win = F.Window(1, c, hw, hw, 3, 3, 1, 1, 1, 1, 1, 1)
+        p = winograd_c.pick(gemm.GemmSpec(1, k, hw * hw, c * 9, (0, 0, c * 9, 1), (0, 0, 0, 0), conv=win))
+        assert p is not None
+        return p.mr, p.nv
+
+    assert plan(64, 64, 56) != (24, 1)
+    assert plan(64, 64, 224) != (24, 1)
+    assert plan(128, 128, 112) == (24, 1)
