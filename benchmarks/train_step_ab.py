@@ -12,7 +12,8 @@ backward in closed form, `nn.functional._batch_norm_vjp`), fwd (cpu training con
 `nn.functional._forward_per_image`: back to the folded product), pool (max pooling's direct gradient kernel,
 `nn.functional._max_pool_train`: back to im2col columns, or a reduction over tiles), dw (the cpu depthwise weight
 gradient kernel, plait/graph/ops/depthwise_grad_c.py: back to patch columns and GEMVs), plain (large weights'
-gradients as dy @ columns^T, `nn.functional.WGRAD_PLAIN_MIN`: back to the swapped product and a transposing copy).
+gradients as dy @ columns^T, `nn.functional.WGRAD_PLAIN_MIN`: back to the swapped product and a transposing copy),
+wgrad (the cpu weight gradient kernel of plait/graph/ops/conv_wgrad_c.py: back to folded patch columns and a GEMM).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def old_parts(names: list[str]) -> Iterator[None]:
     if "dw" in names:
         saved["depthwise_grad_c.supports"] = F.depthwise_grad_c.supports
         F.depthwise_grad_c.supports = lambda node, win: False
+    if "wgrad" in names:
+        saved["conv_wgrad_c.supports"] = F.conv_wgrad_c.supports
+        F.conv_wgrad_c.supports = lambda node, win: False
     if "plain" in names:
         saved["WGRAD_PLAIN_MIN"] = F.WGRAD_PLAIN_MIN
         F.WGRAD_PLAIN_MIN = 1 << 62  # every folded weight gradient swapped, then transposed

@@ -26,7 +26,7 @@ from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
 from plait.frontends.native.tensor import Tensor, cat, stack, where
 from plait.graph.autodiff import custom_vjp, grad_enabled, no_grad
 from plait.graph.node import Node
-from plait.graph.ops import depthwise_cl, depthwise_grad_c, indexing, pool, pool_cl, pool_grad
+from plait.graph.ops import conv_wgrad_c, depthwise_cl, depthwise_grad_c, indexing, pool, pool_cl, pool_grad
 from plait.graph.ops.conv import Window, im2col
 from plait.schedule.plan import capturing
 
@@ -294,8 +294,13 @@ def conv2d(
     if oh < 1 or ow < 1:
         raise ShapeError(f"conv2d: input {x.shape} is too small for kernel {(kh, kw)} with padding {(ph, pw)}")
     g, k = groups, cg * kh * kw
+    geo = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw)
     recording = grad_enabled() and (x.requires_grad or weight.requires_grad)
-    folded = recording and co // g >= FOLD_MIN_ROWS
+    # the cpu's weight gradient reads dy and gathers x itself (conv_wgrad_c): no patch columns to share with the
+    # forward, which then runs per image as at inference (implicit GEMM or Winograd, gathering from the image)
+    direct_w = recording and weight.requires_grad and g == 1 and conv_wgrad_c.supports(x.node, geo)
+    direct_w = direct_w and conv_wgrad_c.wins(geo)
+    folded = recording and co // g >= FOLD_MIN_ROWS and not direct_w
     if folded:
         out, cols = _conv2d_folded(x, weight, Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, fold=True), g)
     else:
@@ -303,15 +308,13 @@ def conv2d(
             cols = x.reshape(n, g, k, h * w)
         else:
             # implicit-GEMM operand: patch columns (N, C*kh*kw, OH*OW) from one im2col kernel (its gradient is col2im)
-            win = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw)
-            cols = Tensor(im2col(x.node, win)).reshape(n, g, k, oh * ow)
+            cols = Tensor(im2col(x.node, geo)).reshape(n, g, k, oh * ow)
         # one batched GEMM over (image, group), the weight broadcast over images; the product is already NCHW, so
         # bias, batch norm and activations that follow fuse into the GEMM's epilogue
         out = (weight.reshape(1, g, co // g, k) @ cols).reshape(n, co, oh, ow)
     if recording:
         transposed = (sh, sw) == (1, 1) and (kh, kw) != (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1)
-        win = Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw)
-        _conv_vjp(out, x, weight, cols, win, g, folded, transposed)
+        _conv_vjp(out, x, weight, cols, geo, g, folded, transposed, direct_w)
     if bias is not None:
         out = out + bias.reshape(co, 1, 1)
     return out
@@ -375,6 +378,7 @@ def _conv_vjp(
     g: int,
     folded: bool,
     transposed: bool,
+    direct_w: bool = False,
 ) -> None:
     """The gradient of a convolution `out` = weight @ `cols` (patch columns of x), in the cheaper of the forms the
     op-by-op gradient would not pick:
@@ -393,6 +397,8 @@ def _conv_vjp(
       gather (plait/graph/ops/depthwise_cl.py); on the cpu the column form measured faster.
     - depthwise on the cpu: the weight gradient one C kernel that dots dy's rows with the input rows each tap reads
       (plait/graph/ops/depthwise_grad_c.py), so no patch columns are made and the forward gathers from the image.
+    - `direct_w` (the cpu, no groups): the weight gradient one C kernel that reads dy in place and gathers the patch
+      rows of x itself (plait/graph/ops/conv_wgrad_c.py), so neither the columns nor dy's (N*P, Co) copy are made.
     """
     co, cg, kh, kw = weight.shape
     n, c, _, _ = x.shape
@@ -432,6 +438,8 @@ def _conv_vjp(
             grads.append((w_node, depthwise_cl.depthwise_wgrad_cl(grad, x_node, win)))
         elif w_node.rg and direct_c:
             grads.append((w_node, depthwise_grad_c.depthwise_wgrad_c(grad, x_node, win)))
+        elif w_node.rg and direct_w:
+            grads.append((w_node, conv_wgrad_c.conv_wgrad_c(grad, x_node, win)))
         elif w_node.rg:
             if folded and x_node.device.startswith("cpu") and co * cg * kh * kw >= WGRAD_PLAIN_MIN:
                 # a large weight's (C*kh*kw, Co) product, transposed into the weight's layout afterwards, costs a
@@ -801,14 +809,27 @@ def _moments(x: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
     textbook one-pass formula with k = 0 loses the variance when |mean| >> std), and one read of x and one split
     reduction with its second stage replace two of each."""
     if not x.node.device.startswith("opencl"):
-        mean = x.mean(axis=axes, keepdims=True)
+        count = x.numel() // x.shape[1]
+        mean = _channel_sums(x, axes) * (1.0 / count)
         d = x - mean
-        return mean, (d * d).mean(axis=axes, keepdims=True)
+        return mean, _channel_sums(d * d, axes) * (1.0 / count)
     k = x[(slice(0, 1), slice(None), *(slice(0, 1) for _ in axes[1:]))]
     xs = x - k
     m = stack([xs, xs * xs]).mean(axis=tuple(a + 1 for a in axes), keepdims=True)
     m1, m2 = m[0], m[1]
     return m1 + k, (m2 - m1 * m1).maximum(0.0)
+
+
+def _channel_sums(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """Per-channel sums of an (N, C, ...) tensor over `axes` (every axis but 1), kept as (1, C, 1, ...). On the cpu
+    first over each image's plane, then over the images: every sum of the first stage runs along one contiguous
+    plane, where one reduction over (N, H, W) split into image-sized parts recomputed its element's (n, y, x) with a
+    division and two remainders per value (3-4x slower than reading the plane: resnet18's 64-channel batch norms)."""
+    if not x.node.device.startswith("cpu") or x.ndim < 3:
+        return x.sum(axis=axes, keepdims=True)
+    n, c = x.shape[:2]
+    keep = tuple(c if i == 1 else 1 for i in range(x.ndim))
+    return x.reshape(n, c, -1).sum(axis=2).sum(axis=0).reshape(*keep)
 
 
 def _batch_norm_vjp(
@@ -834,8 +855,8 @@ def _batch_norm_vjp(
             st = stack([g, g * xh]).sum(axis=tuple(a + 1 for a in axes), keepdims=True)
             s, t = st[0], st[1]
         else:
-            s = g.sum(axis=axes, keepdims=True)
-            t = (g * xh).sum(axis=axes, keepdims=True)
+            s = _channel_sums(g, axes)
+            t = _channel_sums(g * xh, axes)
         scale = r if w_node is None else r * Tensor(w_node).reshape(*bshape)
         grads = [(x_node, (scale * (g - s * (1.0 / count) - xh * (t * (1.0 / count)))).node)]
         if w_node is not None:

@@ -1,0 +1,209 @@
+"""The cpu weight gradient of a convolution as one product that gathers its patch rows from the image.
+
+dW[co, r] = sum over images n and output positions q of dy[n, co, q] * X[n, r, q], where row r = (channel, ky, kx)
+of the patch matrix X is a run of input rows (zero outside the image). Both operands run along the positions, so
+the product is written as dot products along them: a block of positions is copied from dy (contiguous per image)
+and gathered from the image for a chunk of patch rows into small buffers that stay in cache, and a register tile
+of MR output-gradient rows by NC patch rows accumulates 16 lanes along the positions, summed once at the end.
+Neither operand is transposed, so the im2col buffer of the folded form (C*kh*kw x N*P, written then read back) and
+the copy of dy into an (N*P, Co) layout (the stem's 51 MB at batch 16) are not made. Few output tiles (a stem's
+147 x 64) split the positions into parts summed afterwards, so every thread has work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plait.codegen import gemm_c
+
+MR, NC = 4, 6  # output-gradient rows x patch rows per register tile: 24 vector accumulators
+ROWS, COLS = 96, 128  # patch rows and output channels per task
+KCW = 512  # positions per block: a task's buffers (patch rows, dy rows, partial sums) stay within L2
+
+
+def _source() -> str:
+    """The library's C source for the tile and block sizes above."""
+    return f"""//@shared-begin plait_wgrad
+/* acc[i][j] (16 lanes along the positions) += dy row i . patch row j over kcp positions (a multiple of 16); the
+   partial sums live in part between blocks. */
+static inline __attribute__((always_inline)) void plait_wgrad_micro(int kcp, const float* restrict a,
+                                                                   const float* restrict b, plait_v16* part, int first) {{
+  plait_v16 acc[{MR}][{NC}];
+#pragma GCC unroll {MR}
+  for (int i = 0; i < {MR}; i++)
+#pragma GCC unroll {NC}
+    for (int j = 0; j < {NC}; j++) acc[i][j] = first ? (plait_v16){{0}} : part[i * {NC} + j];
+  for (int p = 0; p < kcp; p += 16) {{
+    plait_v16 av[{MR}];
+#pragma GCC unroll {MR}
+    for (int i = 0; i < {MR}; i++) av[i] = *(const plait_v16*)(a + (long)i * kcp + p);
+#pragma GCC unroll {NC}
+    for (int j = 0; j < {NC}; j++) {{
+      plait_v16 bv = *(const plait_v16*)(b + (long)j * kcp + p);
+#pragma GCC unroll {MR}
+      for (int i = 0; i < {MR}; i++) acc[i][j] += av[i] * bv;
+    }}
+  }}
+#pragma GCC unroll {MR}
+  for (int i = 0; i < {MR}; i++)
+#pragma GCC unroll {NC}
+    for (int j = 0; j < {NC}; j++) part[i * {NC} + j] = acc[i][j];
+}}
+
+/* Patch rows [r0, r0 + rows) over the block's position runs (run e: kc positions from sp[e], image si[e], output
+   row soy[e], columns from sox[e], sl[e] long) into b, row i at b + i * kcp; rows past nrow and positions past kc
+   are zero. Each run of a row is a strided run of one input row. */
+static void plait_wgrad_pack_x(const float* x, const plait_win* g, int c, int nrow, int r0, int rows, int kc, int kcp,
+                               int ns, const int* sp, const int* sl, const int* si, const int* soy, const int* sox,
+                               float* b) {{
+  int kk = g->kh * g->kw, s = g->sw;
+  long hw = (long)g->h * g->w;
+  for (int i = 0; i < rows; i++) {{
+    float* d = b + (long)i * kcp;
+    int r = r0 + i;
+    if (r >= nrow) {{
+      memset(d, 0, sizeof(float) * (size_t)kcp);
+      continue;
+    }}
+    int ci = r / kk, ky = r % kk / g->kw, kx = r % g->kw;
+    int oyy = ky * g->dh - g->ph, oxx = kx * g->dw - g->pw;
+    for (int e = 0; e < ns; e++) {{
+      float* dd = d + sp[e];
+      int run = sl[e], iy = soy[e] * g->sh + oyy;
+      if (iy < 0 || iy >= g->h) {{
+        memset(dd, 0, sizeof(float) * (size_t)run);
+        continue;
+      }}
+      const float* xr = x + ((long)si[e] * c + ci) * hw + (long)iy * g->w;
+      int ix0 = sox[e] * s + oxx, lo, hi;
+      if (s == 1) {{
+        lo = ix0 >= 0 ? 0 : -ix0;
+        hi = g->w - ix0;
+      }} else {{
+        lo = ix0 >= 0 ? 0 : (-ix0 + s - 1) / s;
+        hi = ix0 >= g->w ? 0 : (g->w - 1 - ix0) / s + 1;
+      }}
+      if (lo > run) lo = run;
+      if (hi > run) hi = run;
+      if (hi < lo) hi = lo;
+      for (int q = 0; q < lo; q++) dd[q] = 0.0f;
+      if (s == 1 && hi - lo > 32) {{
+        memcpy(dd + lo, xr + ix0 + lo, sizeof(float) * (size_t)(hi - lo));
+      }} else if (s == 1) {{ /* a short run (a 7x7 or 14x14 plane's rows): a call costs more than the copy */
+        const float* xs = xr + ix0;
+#pragma omp simd
+        for (int q = lo; q < hi; q++) dd[q] = xs[q];
+      }} else if (s == 2) {{
+        const float* xs = xr + ix0;
+#pragma omp simd
+        for (int q = lo; q < hi; q++) dd[q] = xs[2 * q];
+      }} else {{
+        for (int q = lo; q < hi; q++) dd[q] = xr[ix0 + q * s];
+      }}
+      for (int q = hi; q < run; q++) dd[q] = 0.0f;
+    }}
+    for (int q = kc; q < kcp; q++) d[q] = 0.0f;
+  }}
+}}
+
+/* dw (co x nrow, the weight's layout) = dy (images x co x npos) . patch rows of x (images x c x h x w) over every
+   image and position. Tasks: chunks of {ROWS} patch rows x {COLS} output channels, times `parts` slices of the
+   positions when there are fewer chunks than 4 per thread (their sums then meet in a shared buffer). */
+static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_win* g, int images, int c, int co,
+                        int nrow, int npos) {{
+  long total = (long)images * npos;
+  int nkb = (int)((total + {KCW - 1}) / {KCW});
+  int rch = (nrow + {ROWS - 1}) / {ROWS}, cch = (co + {COLS - 1}) / {COLS};
+  long base = (long)rch * cch, want = 4L * omp_get_num_threads();
+  int parts = base >= want ? 1 : (int)((want + base - 1) / base);
+  if (parts > nkb) parts = nkb;
+  float* red = 0;
+  if (parts > 1) {{
+    red = plait_team_shared((size_t)parts * co * nrow);
+    if (!red) {{
+#pragma omp single copyprivate(red)
+      red = plait_shared_scratch((size_t)parts * co * nrow);
+    }}
+  }}
+#pragma omp for schedule(dynamic, 1)
+  for (long t = 0; t < base * parts; t++) {{
+    int s = (int)(t % parts), rc = (int)(t / parts / cch), cc = (int)(t / parts % cch);
+    int r0 = rc * {ROWS}, r1 = r0 + {ROWS} < nrow ? r0 + {ROWS} : nrow;
+    int c0 = cc * {COLS}, c1 = c0 + {COLS} < co ? c0 + {COLS} : co;
+    int rows = (r1 - r0 + {NC - 1}) / {NC} * {NC}, cols = (c1 - c0 + {MR - 1}) / {MR} * {MR};
+    int kb0 = (int)((long)s * nkb / parts), kb1 = (int)((long)(s + 1) * nkb / parts);
+    float* a = plait_scratch((size_t)(cols + rows) * {KCW} + (size_t)rows * cols * 16);
+    float* b = a + (size_t)cols * {KCW};
+    plait_v16* part = (plait_v16*)(b + (size_t)rows * {KCW});
+    int sp[{KCW}], sl[{KCW}], si[{KCW}], soy[{KCW}], sox[{KCW}];
+    for (int kb = kb0; kb < kb1; kb++) {{
+      long g0 = (long)kb * {KCW};
+      int kc = total - g0 < {KCW} ? (int)(total - g0) : {KCW}, kcp = (kc + 15) / 16 * 16, ns = 0;
+      for (int p = 0; p < kc;) {{ /* the block's positions as runs within one output row */
+        long gg = g0 + p;
+        int img = (int)(gg / npos), pos = (int)(gg % npos), ox = pos % g->ow;
+        int run = g->ow - ox < kc - p ? g->ow - ox : kc - p;
+        sp[ns] = p, sl[ns] = run, si[ns] = img, soy[ns] = pos / g->ow, sox[ns] = ox;
+        ns++;
+        p += run;
+      }}
+      for (int i = 0; i < cols; i++) {{ /* dy rows c0 + i, contiguous within each image */
+        float* d = a + (long)i * kcp;
+        if (c0 + i >= c1) {{
+          memset(d, 0, sizeof(float) * (size_t)kcp);
+          continue;
+        }}
+        for (int p = 0; p < kc;) {{
+          long gg = g0 + p;
+          int img = (int)(gg / npos), pos = (int)(gg % npos), run = npos - pos < kc - p ? npos - pos : kc - p;
+          memcpy(d + p, dy + ((long)img * co + c0 + i) * npos + pos, sizeof(float) * (size_t)run);
+          p += run;
+        }}
+        for (int q = kc; q < kcp; q++) d[q] = 0.0f;
+      }}
+      plait_wgrad_pack_x(x, g, c, nrow, r0, rows, kc, kcp, ns, sp, sl, si, soy, sox, b);
+      for (int rt = 0; rt < rows / {NC}; rt++)
+        for (int ct = 0; ct < cols / {MR}; ct++)
+          plait_wgrad_micro(kcp, a + (long)ct * {MR} * kcp, b + (long)rt * {NC} * kcp,
+                            part + ((long)rt * (cols / {MR}) + ct) * {MR * NC}, kb == kb0);
+    }}
+    for (int rt = 0; rt < rows / {NC}; rt++)
+      for (int ct = 0; ct < cols / {MR}; ct++)
+        for (int i = 0; i < {MR}; i++)
+          for (int j = 0; j < {NC}; j++) {{
+            int o = c0 + ct * {MR} + i, r = r0 + rt * {NC} + j;
+            if (o >= c1 || r >= r1) continue;
+            plait_v16 v = part[((long)rt * (cols / {MR}) + ct) * {MR * NC} + i * {NC} + j];
+            float sum = 0.0f;
+            for (int l = 0; l < 16; l++) sum += v[l];
+            if (parts > 1) red[((long)s * co + o) * nrow + r] = sum;
+            else dw[(long)o * nrow + r] = sum;
+          }}
+  }}
+  if (parts > 1) {{
+    long n = (long)co * nrow;
+#pragma omp for schedule(static) nowait
+    for (long e = 0; e < n; e++) {{
+      float sum = 0.0f;
+      for (int s = 0; s < parts; s++) sum += red[(long)s * n + e];
+      dw[e] = sum;
+    }}
+  }}
+}}
+//@shared-end
+"""
+
+
+def library() -> str:
+    """The shared C code of the weight-gradient product (after the GEMM library's common declarations)."""
+    return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(_source())
+
+
+def call(win: Any, co: int) -> str:
+    """The statements of a kernel body computing b0 = the weight gradient from b1 = dy and b2 = x over `win`."""
+    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
+    rows, npos = win.c * win.kh * win.kw, win.oh * win.ow
+    return (
+        f"  static const plait_win win = {{{geo}}};\n"
+        f"  plait_wgrad(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {rows}, {npos});\n"
+    )
