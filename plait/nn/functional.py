@@ -790,8 +790,12 @@ def batch_norm_stats(
             _detached(lambda: var.reshape(c) * (count / (count - 1))),
         )
     else:
-        xhat = (x - running_mean.reshape(*bshape)) * (running_var.reshape(*bshape) + eps).sqrt().reciprocal()
-        stats = (None, None)
+        # with running statistics the normalisation is one per-channel scale and shift, so the producer's epilogue
+        # (a convolution's) does a multiply-add with two operands instead of four (as when an exported model has batch
+        # norm folded into the convolution); scale and shift are computed from the parameters alone
+        scale = (running_var + eps).sqrt().reciprocal() * (weight if weight is not None else 1.0)
+        shift = (bias if bias is not None else 0.0) - running_mean * scale
+        return x * scale.reshape(*bshape) + shift.reshape(*bshape), None, None
     out = xhat
     if weight is not None:
         out = out * weight.reshape(*bshape)
