@@ -1,8 +1,9 @@
 """Time a model's largest training GEMMs on OpenCL under tile and load variants, built in parallel and timed by
-profiling events: weight gradients with the four-k gathers (knob VG), their output gradient read in place from
-NCHW (`a_nchw`) where the scheduler keeps a copy, with half or twice the K chunks, and wider tiles; the forward
-and input-gradient products with the wider tiles. The numbers behind the weight-gradient rules in plait/tune and
-plait/schedule/scheduler.py (docs/benchmarks.md).
+profiling events: weight gradients with half or twice the K chunks, with their output gradient read in place from
+NCHW (`a_nchw`) where the scheduler keeps a copy, and in wider tiles; the forward and input-gradient products in
+wider tiles and, for implicit convolutions, gathering four columns per load (knob VG). The numbers behind the
+rules in plait/tune and plait/schedule/scheduler.py (docs/benchmarks.md). With --ab, each product the heuristic
+gives four-column gathers runs with and without them.
 
     tools/gpu-run.sh python3 benchmarks/sweep_wgrad_cl.py --models vgg16 --batch 64 --top 16
 
@@ -26,13 +27,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 WIDE = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
 VARIANTS = {
     "grad": [
-        {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "VG": 1},
-        {**WIDE, "VG": 1},
-        {**WIDE, "KS": 2, "VG": 1},
-        {"V": 3, "BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, "VG": 1},
-        {"V": 3, "BM": 256, "BN": 128, "BK": 8, "WM": 64, "WN": 64, "VG": 1},
-        {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "VG": 1},
-        {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2, "VG": 1},
+        {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32},
+        WIDE,
+        {**WIDE, "KS": 2},
+        {"V": 3, "BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64},
+        {"V": 3, "BM": 256, "BN": 128, "BK": 8, "WM": 64, "WN": 64},
+        {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64},
+        {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2},
     ],
     "other": [
         {**WIDE, "KS": 2},
@@ -68,6 +69,8 @@ def _in_place(spec: Any) -> Any | None:
     if win is None or spec.a_nchw is not None or spec.a[0] or spec.a[1]:
         return None
     plane = win.oh * win.ow
+    if spec.a[2] != win.n * plane:  # rows of one image's plane: already a view of the NCHW buffer
+        return None
     return dataclasses.replace(spec, a_nchw=(plane, spec.m * plane))
 
 
@@ -118,17 +121,12 @@ def _buffers(dev: Any, spec: Any, pool: dict[int, Any]) -> list[Any]:
 
 
 def _before(spec: Any, heur: dict[str, int]) -> list[tuple[str, Any, dict[str, int]]]:
-    """With --ab: the product and knobs as the tree before the four-wide loads ran it (dy one float per load,
-    one-float column gathers, wide weight gradients over the (C, N*P) copy), where they differ from now."""
+    """With --ab: the product with the knobs the heuristic gave before the four-column gathers, where they differ."""
     from plait.tune import _four_columns
 
-    out = []
-    if spec.a_nchw is not None:
-        out.append(("VA=0 ", spec, {**heur, "VA": 0}))
-        out.append(("copy ", dataclasses.replace(spec, a_nchw=None, a=(0, *spec.a[1:])), heur))
-    if _four_columns(spec):
-        out.append(("before ", spec, {k: v for k, v in heur.items() if k not in ("VG", "KS")}))
-    return out
+    if not _four_columns(spec):
+        return []
+    return [("before ", spec, {k: v for k, v in heur.items() if k not in ("VG", "KS")})]
 
 
 def main() -> None:
@@ -146,7 +144,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=16, help="products timed per model, by total FLOPs in the step")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=200.0, help="stop starting new products after this long")
-    ap.add_argument("--ab", action="store_true", help="each product as now against as before the four-wide loads")
+    ap.add_argument("--ab", action="store_true", help="products with four-column gathers against without them")
     args = ap.parse_args()
     dev = get_device(args.device)
     emu = {"MMA": 0} if mma_tf32_unsupported(dev) else {}

@@ -15,10 +15,8 @@ a gathered element costs one broadcast local read and a bounds check instead of 
 Knobs: BM x BN block tile, BK K tile, WM x WN per warp, WK warp groups splitting each K tile (few-tile products),
 KS k8 steps per FP32 add, FOLD=1 to run a batch of products sharing A as one product with the batch along the
 columns (late convolution layers, whose per-image width of 49 or 196 would waste most of a tile), GT=0 to gather
-without the k-table, VA=0 to read an output gradient in place from NCHW one float per load instead of four k as
-one float4 where `_vector_a` allows, VG=1 to gather four B elements per load (a weight gradient's columns four k
-at a time: `_vector_b`; an implicit convolution's columns four at a time: `_vector_conv`), MMA=0 for the portable
-twin.
+without the k-table, VG=1 to gather an implicit convolution's columns four per load (`_vector_conv`), MMA=0 for
+the portable twin.
 
 The same template has a portable twin (knob MMA=0, kernel kind GEMM3XTF32EMU) that computes each lane's
 accumulator elements of the same fragments with ordinary FMAs and an exact emulation of TF32 rounding, so the
@@ -49,7 +47,7 @@ from plait.codegen.gemm import (
 )
 from plait.errors import DeviceError, UnsupportedError
 
-TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 1, "GT": 1, "VA": 1, "VG": 0}
+TC_DEFAULT = {"V": 3, "MMA": 1, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "KS": 1, "GT": 1, "VG": 0}
 
 # TF32 rounding by integer ops (round to nearest, ties away, 10 mantissa bits: what cvt.rna.tf32 computes, but at
 # integer rate, where conversions run at a quarter of it). The residual goes to the tensor core unrounded: it reads
@@ -460,61 +458,12 @@ def _rows_gather(spec: GemmSpec) -> Callable[[str, str, str, str], tuple[str, st
     return gather
 
 
-def _rows_gather4(spec: GemmSpec) -> Callable[[str, str, str, str], tuple[str, str]]:
-    """`_rows_gather` for four consecutive k at once (`_vector_b`): they are four neighbouring output positions of
-    one output row, so one window corner, one row-table entry and one row bounds check serve four loads of
-    neighbouring image columns, each still checked against the image's width (padding)."""
-    win = spec.conv_t
-    assert win is not None
-    plane = win.oh * win.ow
-
-    def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
-        decls = (
-            f"const int pk_ = pos0_ + {k0} + {k}, pp_ = pk_ % {plane};"
-            f" const int iy0_ = {k0} + {k} < K_ ? pp_ / {win.ow} * {win.sh} - {win.ph} : {-2 * _FAR},"
-            f" ix0_ = pp_ % {win.ow} - {win.pw};"
-            f" const int2 e_ = rtab_[({row}) - n0]; const int iy_ = iy0_ + (e_.y >> 16), ix_ = ix0_ + (e_.y & 0xffff);"
-            f" const bool in_ = ({cond}) && (uint)iy_ < {win.h}u;"
-            f" __global const float* p_ = b + (pk_ / {plane} * {win.c * win.h * win.w} + iy0_ * {win.w} + ix0_ + e_.x);"
-        )
-        lanes = ", ".join(f"in_ && (uint)(ix_ + {j}) < {win.w}u ? p_[{j}] : 0.0f" for j in range(4))
-        return decls, f"(float4)({lanes})"
-
-    return gather
-
-
-def _vector_b(spec: GemmSpec) -> bool:
-    """True when a `conv_t` spec's K tiles can gather four k at a time: stride 1 along the rows (neighbouring k
-    read neighbouring image columns), output rows and every batch entry's first position in whole fours (four
-    aligned k never leave an output row) and a row table (`_rows_fit`)."""
-    win = spec.conv_t
-    assert win is not None
-    bo, sbb, _, _ = spec.b
-    fours = (win.ow, spec.k, bo, sbb, spec.b_inner)
-    return win.sw == 1 and all(v % 4 == 0 for v in fours) and _rows_fit(spec)
-
-
-def _vector_a(spec: GemmSpec) -> bool:
-    """True when an `a_nchw` spec's A can load four k as one aligned float4: the plane, the image, the (C, N*P)
-    row span and every batch entry's first position in whole fours, so four aligned k stay within one plane."""
-    assert spec.a_nchw is not None
-    ao, sab, span, _ = spec.a
-    return all(v % 4 == 0 for v in (*spec.a_nchw, span, spec.k, ao, sab, spec.a_inner))
-
-
-def _a_operand(spec: GemmSpec, bm: int, bk: int, nt: int, vector: bool = False) -> _Operand:
+def _a_operand(spec: GemmSpec, bm: int, bk: int, nt: int) -> _Operand:
     """A's tile loader: a strided view, or (`a_nchw`) the output gradient read in place from its NCHW buffer, one
-    float per load (a K tile's run may cross an image's plane), or with `vector` (and `_vector_a`) four k per
-    load, which stay within a plane."""
+    float per load (a K tile's run may cross an image's plane)."""
     _, _, sam, sak = spec.a
     if spec.a_nchw is None:
         return _Operand("A", bm, spec.m, bk, sam, sak, _aligned(spec, "a"), nt)
-    if vector and _vector_a(spec):
-
-        def gather4(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
-            return "", f"({cond}) ? vload4(0, a + {nchw_a_at(spec, row, f'{k0} + {k}')}) : (float4)(0.0f)"
-
-        return _Operand("A", bm, spec.m, bk, sam, 1, True, nt, gather=gather4)
 
     def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
         return "", f"({cond}) ? a[{nchw_a_at(spec, row, f'{k0} + {k}')}] : 0.0f"
@@ -527,16 +476,13 @@ def _b_operand(
 ) -> tuple[_Operand, str]:
     """B's tile loader and the linear index of output element (gm, gn) in C. With `fold` the batch runs along
     the columns: column gn of the one wide product is column gn % n of batch gn / n. With `table` an implicit
-    convolution gathers through the per-tile k-table; with `vector` a weight gradient gathers four k per load
-    where `_vector_b` allows."""
+    convolution gathers through the per-tile k-table, with `vector` four columns per load where `_vector_conv`
+    allows."""
     m, n = spec.m, spec.n
     _, sbb, sbk, sbn = spec.b
     if spec.conv_t is not None:
         if fold:
             raise UnsupportedError(f"3xTF32 GEMM {spec}: FOLD=1 cannot run a weight gradient gathered from the image")
-        if vector and _vector_b(spec):
-            b = _Operand("B", bn, n, bk, sbn, 1, True, nt, gather=_rows_gather4(spec), table=True)
-            return b, f"bz * {m * n}L + (long)gm * {n} + gn"
         rows = _rows_fit(spec)
         if rows:
             gather_t = _rows_gather(spec)
@@ -608,7 +554,7 @@ def render(spec: GemmSpec, knobs: dict[str, int], r: Any = None, epi: Epilogue |
     warps_n, warps = bn // wn, (bm // wm) * (bn // wn)
     nt = wk * warps * 32
     m, k = spec.m, spec.k
-    a = _a_operand(spec, bm, bk, nt, bool(kn["VA"]))
+    a = _a_operand(spec, bm, bk, nt)
     fold = bool(kn.get("FOLD"))
     table = spec.conv is not None and bool(kn["GT"]) and _table_fits(spec)
     b, c_at = _b_operand(spec, bn, bk, nt, fold, table, bool(kn["VG"]))

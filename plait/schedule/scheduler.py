@@ -516,19 +516,15 @@ def _nchw_source(a: Node) -> Node | None:
 
 def _nchw_spec(spec: GemmSpec, plane: int, image: int, span: int) -> GemmSpec | None:
     """`spec` reading its A from the NCHW buffer: a strided view (`_nchw_view`), else gathered across images
-    (`a_nchw`), except in the products that take 128x128 tiles (`tune._wide_weight_gradient`) where the gather
-    would load one float at a time: there it cost more than the copy it saves (vgg16 b64 on an H100:
-    `32x256x2304x6272` 4.92 -> 5.70 ms, `8x512x4608x6272` 4.89 -> 5.56, against copies of 51M and 26M floats);
-    None then. Where four k load as one float4 (`gemm_tc._vector_a`: planes and chunks in whole fours, as at
-    vgg16's 56x56 and 28x28) they read in place too."""
-    from plait.codegen.gemm_tc import _vector_a
+    (`a_nchw`), except in the products that take 128x128 tiles (`tune._wide_weight_gradient`): there the gather,
+    one float per load, cost more than the copy it saves (vgg16 b64 on an H100: `32x256x2304x6272` 4.92 -> 5.70 ms,
+    `8x512x4608x6272` 4.89 -> 5.56, against copies of 51M and 26M floats); None then."""
     from plait.tune import _wide_weight_gradient
 
     plain = _nchw_view(spec, plane, image, span)
     if plain is not None:
         return plain
-    gathered = replace(spec, a_nchw=(plane, image))
-    return None if _wide_weight_gradient(spec) and not _vector_a(gathered) else gathered
+    return None if _wide_weight_gradient(spec) else replace(spec, a_nchw=(plane, image))
 
 
 def _nchw_view(spec: GemmSpec, plane: int, image: int, span: int) -> GemmSpec | None:

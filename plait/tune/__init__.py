@@ -122,9 +122,11 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
 
 def _four_columns(spec: Any) -> dict[str, int]:
     """Knobs for a 64-row implicit 3x3-or-larger convolution over 64+ channels whose columns gather four at a time
-    (`gemm_tc._vector_conv`): VG=1 and two k8 steps per FP32 add (KS 2). On an H100 they ran vgg16 b64's 64-filter
-    products 9-13% faster in 64x128 tiles (forward `1x64x3211264x576` 6.13 -> 5.56 ms, input gradients
-    `64x64x50176x576` 6.31 -> 5.47 and `64x64x12544x1152` 3.09 -> 2.70; benchmarks/sweep_wgrad_cl.py)."""
+    (`gemm_tc._vector_conv`): VG=1 and two k8 steps per FP32 add (KS 2). On an H100 they ran the 64-filter
+    products 7-13% faster in 64x128 tiles (benchmarks/sweep_wgrad_cl.py: vgg16 b64's `1x64x3211264x576` 6.14 ->
+    5.62 ms, `1x64x802816x1152` 2.96 -> 2.74, `64x64x50176x576` 6.31 -> 5.47; resnet18's and resnet50's
+    `1x64x200704x576` 0.408 -> 0.372 and 0.406 -> 0.375). VG alone was mixed (the forward 3% slower, the input
+    gradient 9% faster); KS 2 with 64x64 warp tiles ran 1.3-1.5x slower."""
     from plait.codegen.gemm_tc import _vector_conv
 
     if spec.conv is None or spec.m > 64 or spec.k < 576 or not _vector_conv(spec):
