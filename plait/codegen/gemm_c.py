@@ -260,6 +260,36 @@ static inline __attribute__((always_inline)) void plait_fringe_rows(int R, int k
     for (int q = 0; q < R; q++) part[i * 4 + q] = acc[i][q];
 }
 
+/* Rows [pc, pc + kc) of B's columns jf .. jf + R - 1 (a strided matrix, or the patch columns of an image when g is
+   set) along k into fb (column q at fb + q * ldf), zero past kc and for q >= R: the fringe columns are gathered
+   straight from B instead of packed into a panel of their own and transposed. */
+static void plait_fringe_cols(const float* b, long sbk, long sbn, const plait_win* g, int pc, int kc, long jf, int R,
+                              float* fb, long ldf) {
+  for (int q = 0; q < 4; q++) {
+    float* d = fb + q * ldf;
+    long j = jf + q;
+    if (q >= R) {
+      memset(d, 0, sizeof(float) * (size_t)ldf);
+      continue;
+    }
+    if (!g) {
+      for (int p = 0; p < kc; p++) d[p] = b[(long)(pc + p) * sbk + j * sbn];
+    } else {
+      int kk = g->kh * g->kw, ci = pc / kk, ky = pc % kk / g->kw, kx = pc % g->kw;
+      int y0 = (int)(j / g->ow) * g->sh - g->ph, x0 = (int)(j % g->ow) * g->sw - g->pw;
+      for (int p = 0; p < kc; p++) {
+        int iy = y0 + ky * g->dh, ix = x0 + kx * g->dw;
+        d[p] = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w ? b[((long)ci * g->h + iy) * g->w + ix] : 0.0f;
+        if (++kx == g->kw) {
+          kx = 0;
+          if (++ky == g->kh) { ky = 0; ci++; }
+        }
+      }
+    }
+    for (long p = kc; p < ldf; p++) d[p] = 0.0f;
+  }
+}
+
 /* Rows [0, mr) of A (a, lda apart) times the R fringe columns of B for one k block; at the first block the partial
    sums start from zero, at the last they are summed into C (c, element (i, q) at i * rs + q * cs). */
 static void plait_fringe(int R, int kc, const float* a, long lda, const float* fb, long ldf, plait_v16* part,
@@ -427,7 +457,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
         if (p0 >= kc) continue;
         int rows = kc - p0 < {KC_MAX} ? kc - p0 : {KC_MAX};
         const float* b = images ? B : B + bz / inner * sbb + bz % inner * sbi;
-        plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc + p0, rows, kc, 0, npad, n, {nr},
+        plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc + p0, rows, kc, 0, fr ? jf : npad, n, {nr},
                    shared + bz * k * npad + pc * npad + (long)p0 * {nr});
       }}
       plait_team_barrier(); /* the packing is complete before any task reads it */
@@ -453,7 +483,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
       for (int pc = 0; pc < k; pc += kcm) {{
         int kc = k - pc < kcm ? k - pc : kcm, last = pc + kc >= k;
         if (shared) bp = shared + bz * k * npad + pc * npad + j0 * kc;
-        else plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, kc, j0, j1, n, {nr}, bp);
+        else plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, kc, j0, fringe ? jf : j1, n, {nr}, bp);
         /* rows are read in place when contiguous along k; else (and a partial last block) packed, zero-padded */
         int direct = sak == 1, packed_to = i1;
         if (!direct || (i1 - i0) % {mr}) {{
@@ -464,11 +494,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
               ap[(long)i * kc + p] = from + i < i1 ? a[(long)(from + i) * sam + (long)(pc + p) * sak] : 0.0f;
           packed_to = from;
         }}
-        if (fringe) {{ /* the fringe columns of the packed last panel, transposed to run along k */
-          const float* pf = bp + (jf - j0) * kc;
-          for (int q = 0; q < 4; q++)
-            for (int p = 0; p < ldf; p++) fb[q * ldf + p] = q < fr && p < kc ? pf[(long)p * {nr} + q] : 0.0f;
-        }}
+        if (fringe) plait_fringe_cols(b, sbk, sbn, win, pc, kc, jf, fr, fb, ldf);
         /* a row block of A stays in L1 while it meets every panel; its finished rows then get the epilogue in
            one long pass while still in cache */
         for (int ii = i0; ii < i1; ii += {mr}) {{
