@@ -188,7 +188,8 @@ def team_barriers(steps: list[Any]) -> list[int]:
     """1 for each step of a team run that must wait for every step before it, else 0: a step that reads memory a
     step since the last barrier writes, or writes memory one of them reads or writes, or that uses the run's cell
     while one of them does. Steps (with .program, .kernel, .buffers, output first) that do not depend on each other
-    (resnet's downsample branch beside its main path) run back to back without one."""
+    (two reductions of one input, say) run back to back without one; the GEMMs that use the cell for a shared
+    packing always wait, whether or not this call of theirs splits its rows."""
     flags: list[int] = []
     reads: list[tuple[int, int]] = []
     writes: list[tuple[int, int]] = []
