@@ -13,7 +13,8 @@ backward in closed form, `nn.functional._batch_norm_vjp`), fwd (cpu training con
 `nn.functional._max_pool_train`: back to im2col columns, or a reduction over tiles), dw (the cpu depthwise weight
 gradient kernel, plait/graph/ops/depthwise_grad_c.py: back to patch columns and GEMVs), plain (large weights'
 gradients as dy @ columns^T, `nn.functional.WGRAD_PLAIN_MIN`: back to the swapped product and a transposing copy),
-wgrad (the cpu weight gradient kernel of plait/graph/ops/conv_wgrad_c.py: back to folded patch columns and a GEMM).
+wgrad (the cpu weight gradient kernel of plait/graph/ops/conv_wgrad_c.py: back to folded patch columns and a GEMM),
+bnsum (batch norm's channel sums over planes then images, `nn.functional._channel_sums`: back to one split sum).
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def old_parts(names: list[str]) -> Iterator[None]:
     if "wgrad" in names:
         saved["conv_wgrad_c.supports"] = F.conv_wgrad_c.supports
         F.conv_wgrad_c.supports = lambda node, win: False
+    if "bnsum" in names:
+        saved["_channel_sums"] = F._channel_sums
+        F._channel_sums = lambda x, axes: x.sum(axis=axes, keepdims=True)
     if "plain" in names:
         saved["WGRAD_PLAIN_MIN"] = F.WGRAD_PLAIN_MIN
         F.WGRAD_PLAIN_MIN = 1 << 62  # every folded weight gradient swapped, then transposed
