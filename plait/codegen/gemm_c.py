@@ -904,6 +904,7 @@ static void plait_dw_masks(const plait_win* g, int n, int nvec, int* off, unsign
   int w = g->w, period = w, a = 16; /* period: w / gcd(w, 16) vectors */
   while (a) { int r = period % a; period = a; a = r; }
   period = w / period;
+  if (period > nvec) period = nvec; /* a plane shorter than one period needs no more */
   unsigned short cb[g->kw * period];
   for (int kx = 0; kx < g->kw; kx++) {
     int dx = kx * g->dw - g->pw;

@@ -41,6 +41,7 @@ GEOMETRIES = [  # n, c, h, w, kh, kw, stride, padding, dilation
     (1, 2, 9, 17, 5, 3, 1, (2, 1), 1),  # masked: non-square kernel, rows of 17 (a row across every vector)
     (3, 2, 16, 16, 3, 3, 1, 1, 1),  # masked: rows of exactly one vector, planes of 16 vectors over three images
     (1, 1, 182, 182, 3, 3, 1, 1, 1),  # too many masks for the stack: row by row
+    (1, 2, 3, 1001, 3, 3, 1, 1, 1),  # masked: rows of 1001, a mask period longer than the plane
 ]
 
 
