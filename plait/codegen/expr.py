@@ -73,10 +73,15 @@ class ExprBuilder:
 
     def linear(self, idx: Idx) -> str:
         if idx.linear is None:
+            cs, st = list(self.coords(idx)), strides_of(idx.shape)
+            # adjacent coordinates (X / d) and (X % d) with strides d * t and t are X * t: C's identity, which gcc does
+            # not apply (a GEMM epilogue's residual read at ((j / 56) * 56 + j % 56) became a gather per 16 values)
+            for a in range(len(cs) - 1):
+                x, slash, d = cs[a].removeprefix("(").removesuffix(")").rpartition(" / ")
+                if slash and d.isdigit() and cs[a + 1] == f"({x} % {d})" and st[a] == int(d) * st[a + 1]:
+                    cs[a], cs[a + 1] = "0", x
             terms = [
-                f"{c} * {t}" if t != 1 else c
-                for c, t, s in zip(self.coords(idx), strides_of(idx.shape), idx.shape, strict=True)
-                if s != 1 and c != "0"
+                f"{c} * {t}" if t != 1 else c for c, t, s in zip(cs, st, idx.shape, strict=True) if s != 1 and c != "0"
             ]
             idx.linear = self.tmp(self.idx_t, " + ".join(terms) if terms else "0", "i")
         return idx.linear
