@@ -108,6 +108,9 @@ def test_bad_input_is_refused() -> None:
         pool_cl.max_pool2d_argmax_cl(x, geo)
     with pytest.raises(PlaitError, match="does not match the pooling geometry"):
         pool_cl.max_pool2d_argmax_cl(plait.tensor(rand((1, 1, 5, 4)), device="cpu").node, geo)
+    past = PoolGeometry(1, 1, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, 3, 2)  # a third row of windows starts past the input
+    with pytest.raises(PlaitError, match="lies wholly in the padding or past the input"):
+        pool_cl.max_pool2d_argmax_cl(x, past)
     at = plait.Tensor.from_numpy(np.zeros((1, 1, 2, 2), np.int32), device="cpu").node
     with pytest.raises(PlaitError, match="max_pool2d_take_cl"):
         pool_cl.max_pool2d_take_cl(x, x, geo)

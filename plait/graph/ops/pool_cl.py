@@ -36,10 +36,21 @@ def _plane(geo: PoolGeometry) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (geo.n, geo.c, geo.h, geo.w), (geo.n, geo.c, geo.oh, geo.ow)
 
 
+def _windows_reach_input(size: int, k: int, s: int, p: int, d: int, o: int) -> bool:
+    """Whether each of the `o` windows along one axis has a tap inside the input (else it would have no maximum)."""
+    return all(any(0 <= i * s - p + t * d < size for t in range(k)) for i in range(o))
+
+
 def max_pool2d_argmax_cl(x: Node, geo: PoolGeometry) -> Node:
     """The (N, C, OH, OW) int32 offsets within each input plane of the windows' first maxima."""
     if x.shape != _plane(geo)[0]:
         raise ShapeError(f"max_pool2d_argmax_cl: input shape {x.shape} does not match the pooling geometry {geo}")
+    rows = _windows_reach_input(geo.h, geo.kh, geo.sh, geo.ph, geo.dh, geo.oh)
+    if not (rows and _windows_reach_input(geo.w, geo.kw, geo.sw, geo.pw, geo.dw, geo.ow)):
+        raise ShapeError(
+            f"max_pool2d_argmax_cl: a window of the pooling geometry {geo} lies wholly in the padding or past the "
+            f"input {x.shape}; keep the padding at most half the kernel and the outputs to torch's size rule"
+        )
     if not supports(x):
         raise UnsupportedError(
             f"max_pool2d_argmax_cl {x.shape}: float tensors on OpenCL devices only (got {x.dtype.name} on {x.device});"
@@ -75,7 +86,7 @@ def _only_opencl(r: Any, out: Node) -> None:
 
 def _argmax_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
     """One work-item per output scanning its window's taps in row-major order; the bounds tests drop the padding
-    and ceil-mode overhang (every window holds at least one input pixel)."""
+    and ceil-mode overhang (every window holds at least one input pixel: `max_pool2d_argmax_cl` checks)."""
     _only_opencl(r, out)
     geo: PoolGeometry = out.arg
     x = inputs[0]
