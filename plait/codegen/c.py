@@ -15,7 +15,7 @@ from plait.dtypes import DType
 
 _MATH = ("exp", "log", "sqrt", "fabs", "tanh", "sin", "cos", "erf", "floor", "ceil", "pow", "fmod")
 TEAM_SUFFIX = "_team"  # the symbol of a kernel's entry as one step of a running team
-# A team run's barrier (a counter and a generation in the run's cell; the runner in plait/runtime/cpu.py and the
+# A team run's barrier (a counter and a generation in the run's cell; the runner in plait/runtime/cpu_team.py and the
 # kernels' own barriers share it): the last thread to arrive bumps the generation; the others spin on it for the
 # cell's `spin` nanoseconds, yielding the core between bursts of pauses, then sleep on a futex (off Linux they keep
 # spinning and yielding). A spin covers the usual gap between two threads finishing their shares of a kernel without

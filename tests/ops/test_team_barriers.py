@@ -1,4 +1,4 @@
-"""Where a `cpu` team run waits (plait/runtime/cpu.py `team_barriers`, the team's own spin-then-futex barrier from
+"""Where a `cpu` team run waits (plait/runtime/cpu_team.py `team_barriers`, the team's own spin-then-futex barrier from
 plait/codegen/c.py TEAM_SYNC): no barrier between steps that do not depend on each other, one wherever a step reads
 what the steps since the last barrier write, overwrites what they read or write, or shares the run's cell with one
 of them. Results must be those of the same kernels launched one by one and of PyTorch, on one thread and on two,
@@ -18,7 +18,7 @@ import plait
 from plait.codegen.cstyle import RenderedKernel
 from plait.runtime import get_device
 from plait.runtime.base import Buffer
-from plait.runtime.cpu import TeamRun, team_barriers
+from plait.runtime.cpu_team import TeamRun, team_barriers
 from plait.schedule.plan import Plan, read, run_launches
 
 _GOMP = ctypes.CDLL("libgomp.so.1")

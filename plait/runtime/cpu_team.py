@@ -1,0 +1,133 @@
+"""A `cpu` plan's kernels as the steps of one OpenMP parallel region (plait_run_team): the runner's C source, the
+run's shared cell (buffer, barrier state), and which steps must wait for the ones before them. plait/runtime/cpu.py
+`CPUDevice.chain` makes a TeamRun of each run of consecutive kernels with team entries (plait/codegen/c.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import re
+import weakref
+from typing import Any
+
+from plait.codegen.c import TEAM_SYNC
+
+# Kernels as steps of one parallel region: every thread of the team runs each kernel's team entry in turn, so the
+# (passive, sleeping) threads are woken once per call instead of once per kernel, and one ctypes call replaces one
+# per kernel. A step waits at the team's barrier (TEAM_SYNC: a short spin, then a futex) only where `sync` says it
+# reads or overwrites what the steps since the last barrier wrote or read; the last step's writes are complete when
+# the region ends.
+TEAM_RUNNER = (
+    TEAM_SYNC
+    + """#include <omp.h>
+typedef void (*plait_team_fn)(void* const*);
+/* Free a team run's shared buffer (plait/codegen/c.py TEAM_CELL). */
+void plait_team_release(plait_team_cell* cell) {
+  free(cell->buf);
+  cell->buf = 0;
+  cell->cap = 0;
+}
+void plait_run_team(int n, const plait_team_fn* fns, void* const* const* args, const unsigned char* sync,
+                    plait_team_cell* cell) {
+#pragma omp parallel
+  {
+    int threads = omp_get_num_threads();
+    for (int i = 0; i < n; i++) {
+      if (sync[i]) plait_team_sync(cell, threads);
+      fns[i](args[i]);
+    }
+  }
+}
+"""
+)
+
+
+# How long a thread that reaches a team barrier first spins before it sleeps: long enough to cover the usual gap
+# between two threads finishing their shares of a kernel, short enough that a thread whose partner was preempted
+# (a loaded machine) gives the core back soon; it yields the core every few microseconds while it spins.
+TEAM_SPIN_NS = 60_000
+
+
+class TeamCell(ctypes.Structure):
+    """A team run's shared state (plait/codegen/c.py TEAM_SYNC's plait_team_cell): the shared buffer and its size
+    in floats, how long a barrier's waiters spin before they sleep (ns), the lock that grows the buffer, and the
+    barrier's arrival count, generation and sleeper count."""
+
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("cap", ctypes.c_size_t),
+        ("spin", ctypes.c_long),
+        ("lock", ctypes.c_int),
+        ("count", ctypes.c_int),
+        ("gen", ctypes.c_int),
+        ("sleepers", ctypes.c_int),
+    ]
+
+
+class TeamRun:
+    """Kernels run as the steps of one parallel region (plait_run_team), their argument arrays built once: each
+    step's buffers, then the run's TeamCell, whose shared buffer is freed with the run. `sync[i]` says whether step
+    i waits for the steps before it (team_barriers)."""
+
+    def __init__(self, lib: ctypes.CDLL, steps: list[Any]):
+        self.cell = TeamCell(spin=TEAM_SPIN_NS)
+        cell = ctypes.addressof(self.cell)
+        self.args = [
+            (ctypes.c_void_p * (len(s.buffers) + 1))(*(x.handle.ctypes.data for x in s.buffers), cell) for s in steps
+        ]
+        self.fns = (ctypes.c_void_p * len(steps))(*(s.program.team for s in steps))
+        self.table = (ctypes.c_void_p * len(steps))(*(ctypes.addressof(a) for a in self.args))
+        self.sync = (ctypes.c_ubyte * len(steps))(*team_barriers(steps))
+        self.call = functools.partial(
+            lib.plait_run_team, len(steps), self.fns, self.table, self.sync, ctypes.byref(self.cell)
+        )
+        weakref.finalize(self, lib.plait_team_release, ctypes.byref(self.cell))
+
+    @property
+    def shared_bytes(self) -> int:
+        """Bytes the run's shared buffer holds (it grows on a run's first use to the largest request)."""
+        return int(self.cell.cap) * 4
+
+    def __call__(self) -> None:
+        self.call()
+
+
+def team_barriers(steps: list[Any]) -> list[int]:
+    """1 for each step of a team run that must wait for every step before it, else 0: a step that reads memory a
+    step since the last barrier writes, or writes memory one of them reads or writes, or that uses the run's cell
+    while one of them does. Steps (with .program, .kernel, .buffers, output first) that do not depend on each other
+    (two reductions of one input, say) run back to back without one; the GEMMs that use the cell for a shared
+    packing always wait, whether or not this call of theirs splits its rows."""
+    flags: list[int] = []
+    reads: list[tuple[int, int]] = []
+    writes: list[tuple[int, int]] = []
+    cell = False
+    for step in steps:
+        spans = [(b.handle.ctypes.data, b.handle.ctypes.data + b.nbytes) for b in step.buffers]
+        out = _written(step.kernel, len(spans))
+        w = [sp for i, sp in enumerate(spans) if i in out]
+        r = [sp for i, sp in enumerate(spans) if i not in out]
+        uses_cell = step.program.cell
+        wait = bool(flags) and (_overlap(w, writes + reads) or _overlap(r, writes) or (uses_cell and cell))
+        if wait:
+            reads, writes, cell = [], [], False
+        flags.append(int(wait))
+        reads += r
+        writes += w
+        cell = cell or uses_cell
+    return flags
+
+
+def _written(kernel: Any, count: int) -> set[int]:
+    """Indices of the buffer arguments kernel may write: its leading `writes` and any pointer parameter of its C
+    entry not declared const (every argument when the signature cannot be read)."""
+    found = re.search(rf"\bvoid {re.escape(kernel.name)}\(([^)]*)\)", kernel.source)
+    params = [p.strip() for p in found.group(1).split(",")] if found else []
+    if len(params) != count:
+        return set(range(count))
+    return set(range(kernel.writes)) | {i for i, p in enumerate(params) if not p.startswith("const")}
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
+    return any(x0 < y1 and y0 < x1 for x0, x1 in a for y0, y1 in b)
