@@ -10,9 +10,17 @@ import plait
 import plait.nn.functional as F
 from plait.codegen.gemm import GemmSpec
 from plait.graph import autodiff
+from plait.graph.ops import conv_wgrad_c
 from plait.schedule.scheduler import schedule
 from plait.tune import _tc_heuristic, _weight_gradient
 from tests.helpers import assert_close, rand
+
+
+@pytest.fixture(autouse=True)
+def _opencl_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graphs below are built on the cpu but scheduled as OpenCL schedules them (split K); the cpu's own direct
+    weight-gradient kernel (conv_wgrad_c), which OpenCL never takes, is switched off so they keep OpenCL's form."""
+    monkeypatch.setattr(conv_wgrad_c, "wins", lambda win: False)
 
 
 def _grads(device: str, n: int, c: int, hw: int, co: int, k: int):
