@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_depthwise_c import built_with
 from bench_onnx import export, twin
 from bench_onnx_kernels import interleaved_kernel_times, report
+from bench_team_barrier import scheduling
 
 
 def before_rule(win: Any) -> str:
@@ -93,8 +94,9 @@ def kernels(x: np.ndarray, repeats: int, undo: set[str]) -> None:
             print(f"| {name.rsplit('_', 1)[0]} | {t0 * 1e3:.3f} | {t1 * 1e3:.3f} |")
 
 
-def wall(x: np.ndarray, rounds: int, undo: set[str]) -> None:
-    """Whole replays of both plans and ORT's run in turn (order alternating per round); medians and quartiles."""
+def wall(x: np.ndarray, rounds: int, undo: set[str], fifo: bool) -> None:
+    """Whole replays of both plans (taking turns) and then ORT's run, per round; medians and quartiles. With
+    `fifo` every thread of the process times at SCHED_FIFO priority 1 (root only: other jobs do not preempt it)."""
     built = plans(x, undo)
     threads = int(os.environ.get("PLAIT_NUM_THREADS", "1"))
     opts = ort.SessionOptions()
@@ -109,12 +111,19 @@ def wall(x: np.ndarray, rounds: int, undo: set[str]) -> None:
     for _ in range(2):  # warm-up
         for fn in fns.values():
             fn()
-    for r in range(rounds):
-        for label in list(fns)[:: 1 if r % 2 else -1]:
-            t0 = time.perf_counter()
-            fns[label]()
-            samples[label].append((time.perf_counter() - t0) * 1e3)
-            time.sleep(0.02)  # ORT's pool stops spinning before the next run
+    if fifo:
+        scheduling(os.SCHED_FIFO, 1)
+    try:
+        for r in range(rounds):
+            # the two plans take turns going first; ORT runs last, then a pause (its pool spins on after a run)
+            for label in [*["before", "after"][:: 1 if r % 2 else -1], "ORT"]:
+                t0 = time.perf_counter()
+                fns[label]()
+                samples[label].append((time.perf_counter() - t0) * 1e3)
+                time.sleep(0.1 if label == "ORT" else 0.02)
+    finally:
+        if fifo:
+            scheduling(os.SCHED_OTHER, 0)
     print(f"{threads} threads, {rounds} rounds, ms: median (p25-p75)")
     for label, v in samples.items():
         p25, p50, p75 = np.percentile(v, [25, 50, 75])
@@ -127,6 +136,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20, help="kernel launches per kernel; the fewest counts")
     ap.add_argument("--wall", action="store_true", help="whole replays beside ONNX Runtime instead")
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--fifo", action="store_true", help="--wall: time at SCHED_FIFO priority 1 (root only)")
     ap.add_argument("--undo", default="dw,bn", help="the changes 'before' undoes: dw, bn or both (comma-separated)")
     args = ap.parse_args()
     print(f"mobilenet_v2 b{args.batch}, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())} at the start")
@@ -135,7 +145,7 @@ def main() -> None:
     if not undo <= {"dw", "bn"}:
         ap.error(f"--undo takes dw and/or bn, got {args.undo}")
     if args.wall:
-        wall(x, args.rounds, undo)
+        wall(x, args.rounds, undo, args.fifo)
     else:
         kernels(x, args.repeats, undo)
     print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
