@@ -22,6 +22,8 @@ for stage in "$@"; do
         tests/nn/test_conv_training.py tests/nn/test_jit_retrace.py tests/nn/test_merged_update.py \
         tests/ops/test_bn_recompute_cl.py tests/ops/test_conv_gather_train_cl.py tests/ops/test_depthwise_grad_cl.py \
         tests/ops/test_reduce_one_stage.py tests/ops/test_wgrad_nchw_cl.py tests/ops/test_wgrad_split_cl.py \
+        tests/ops/test_pool_grad_cl.py tests/nn/test_linear_grad_cl.py tests/ops/test_reduce_rows_cl.py \
+        tests/ops/test_gemm_vector_gather_cl.py \
         2>&1 | tail -15
       echo "pytest exit status ${PIPESTATUS[0]}"
       ;;
