@@ -6,12 +6,9 @@ whether the waiting thread spins or sleeps at once; a plan's peak counts the tea
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 import torch
 
 import plait
@@ -20,17 +17,6 @@ from plait.runtime import get_device
 from plait.runtime.base import Buffer
 from plait.runtime.cpu_team import TeamRun, team_barriers
 from plait.schedule.plan import Plan, read, run_launches
-
-_GOMP = ctypes.CDLL("libgomp.so.1")
-
-
-@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
-def threads(request: pytest.FixtureRequest) -> Iterator[int]:
-    """Regions opened from this (the test's) thread use `request.param` threads: standalone kernels and team runs."""
-    before = _GOMP.omp_get_max_threads()
-    _GOMP.omp_set_num_threads(request.param)
-    yield request.param
-    _GOMP.omp_set_num_threads(before)
 
 
 def _teams(plan: Plan) -> list[TeamRun]:

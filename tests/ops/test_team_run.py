@@ -7,11 +7,7 @@ runs as a launch of its own between team runs; the team has the threads OpenMP i
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Iterator
-
 import numpy as np
-import pytest
 import torch
 
 import plait
@@ -22,17 +18,6 @@ from plait.runtime import get_device
 from plait.runtime.base import Buffer, Device, join_sources
 from plait.runtime.cpu import TeamRun
 from plait.schedule.plan import Launch, Plan, read, run_launches
-
-_GOMP = ctypes.CDLL("libgomp.so.1")
-
-
-@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
-def threads(request: pytest.FixtureRequest) -> Iterator[int]:
-    """Regions opened from this (the test's) thread use `request.param` threads: standalone kernels and team runs."""
-    before = _GOMP.omp_get_max_threads()
-    _GOMP.omp_set_num_threads(request.param)
-    yield request.param
-    _GOMP.omp_set_num_threads(before)
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
