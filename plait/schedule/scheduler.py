@@ -109,6 +109,7 @@ SPLIT_K_MIN = 256  # shortest K chunk worth a work-group of its own
 # BK 32: benchmarks/bench_split_k_cl.py), so these aim for more work-groups, in chunks of at most STREAM_SPLIT_MAX_K
 STREAM_SPLIT_TARGET = 1056
 STREAM_SPLIT_MAX_K = 2048
+STREAM_GRAD_MIN_K = 512  # shortest K chunk of a linear layer's input gradient (`_input_grad_parts`)
 # A weight gradient (both operands contiguous along K = images x positions) splits into chunks that make this many
 # 64x64 tiles (eight per SM of an H100), each chunk at least SPLIT_K_GRAD_MIN long and at most SPLIT_K_GRAD_MAX
 # chunks: resnet18 b64's 64x576 product over K 200704 ran 0.98 ms as 8 chunks, 0.78 as 16, 0.54 as 32 (64x32
@@ -201,10 +202,13 @@ def _split_k_one(node: Node, keep: set[int]) -> bool:
     vb = strided_view(b, set())
     grad = (min(m, n) >= 64 or k >= SPLIT_K_GRAD_LONG) and _k_contiguous(a, b, vb)
     tiles64 = -(-m // 64) * -(-n // 64)
-    if m < 16 or k < 2 * SPLIT_K_MIN or tiles64 >= (SPLIT_K_GRAD_TARGET if grad else 66):
+    weight_in = _input_grad_parts(b, m, k, tiles64)
+    if not weight_in and (m < 16 or k < 2 * SPLIT_K_MIN or tiles64 >= (SPLIT_K_GRAD_TARGET if grad else 66)):
         return False
     unit = math.lcm(32, _patch_taps(b) if vb is not None and vb[2][-1] == 1 else 1)
-    if grad:
+    if weight_in:
+        parts = weight_in
+    elif grad:
         parts = _wide_grad_parts(m, n, k, unit) or _grad_parts(k, unit, tiles64)
     else:
         splits = [s for s in range(2, 17) if k % (s * unit) == 0 and k // s >= SPLIT_K_MIN]
@@ -265,6 +269,18 @@ def _k_contiguous(a: Node, b: Node, vb: tuple[Node, int, tuple[int, ...]] | None
     layer's products read views on both sides and keep the batch-1 rule."""
     b_k = (vb is not None and vb[2][-2] == 1) or _swaps_last_two(b)
     return b_k and strided_view(a, set()) is None
+
+
+def _input_grad_parts(b: Node, m: int, k: int, tiles64: int) -> int:
+    """The K split of a linear layer's input gradient `dy @ W` at a batch of at most 64 rows (B: its stored
+    (N, K) weight read in place, K = the layer's outputs): the fewest chunks of at least STREAM_GRAD_MIN_K that make
+    SPLIT_K_GRAD_TARGET 64x64 tiles, else the most; 0 for any other product. On an H100 alexnet b64's fc6
+    `64x9216x4096` ran 0.249 ms unsplit, 0.190 / 0.163 / 0.148 ms in 2 / 4 / 8 chunks, and fc7's `64x4096x4096`
+    0.089 ms in the 2 chunks of the batch-1 rule, 0.073 in 8 (benchmarks/sweep_step_gemms.py)."""
+    if m > 64 or m < 16 or not b.realized or b.op == "permute" or k < 2 * STREAM_GRAD_MIN_K:
+        return 0
+    splits = [s for s in range(2, 17) if k % (s * 32) == 0 and k // s >= STREAM_GRAD_MIN_K]
+    return next((s for s in splits if s * tiles64 >= SPLIT_K_GRAD_TARGET), splits[-1] if splits else 0)
 
 
 def _stream_parts(b: Node, m: int, k: int, tiles: int, splits: list[int]) -> int:

@@ -77,12 +77,17 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
       work-groups two to an SM (alexnet b64's 256x10816 products: 1.31x; resnet18's 256x12544: 1.24x): 64x128;
     - many 128x256 tiles that the columns fill (vgg16 b64's 256x200704x2304 and 512x50176x4608 folded: 1.14x,
       1.17x; a 4096^3 matmul: the fastest in the sweep): 128x256 with BK 8;
+    - alexnet b64's training products (benchmarks/sweep_step_gemms.py): implicit convolutions in 64x128 tiles
+      with KS 2 (`_gather_ks`), weight gradients in short chunks (`_short_chunk_rows`) and a linear layer's
+      weight gradient (`_outer_product`) in 128x64 tiles;
     - else 128x128 tiles of four 64x64 warp tiles (16-18% faster than eight 64x32 ones on vgg16's
       256x3136x2304 and 512x784x4608), two to an SM; eight 32x64 warp tiles, one to an SM, where that evens out
       the last wave (resnet18 b64's 128x50176x1152: 392 work-groups, 1.39x)."""
     if _weight_gradient(spec):
         if _wide_weight_gradient(spec):
             return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
+        if _short_chunk_rows(spec):
+            return {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32, "KS": 2}
         return {"V": 3, "BM": 64, "BN": 64, "BK": 32 if spec.k >= 512 else 16, "WM": 32, "WN": 32}
     shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0
     fold = shared_a and _padded(spec.n, 128) > 1.1 * spec.n
@@ -108,9 +113,13 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
             return {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, **extra}
         return {"V": 3, "BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 16, **extra}
     if spec.m > 64 and _padded(spec.m, 128) > 1.15 * spec.m and spec.k >= 1024:
+        if spec.conv is not None:  # an implicit convolution: 64x128 tiles, two k8 steps per add (`_gather_ks`)
+            return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2, **extra}
         return {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, **({"FOLD": 1} if shared_a else {})}
     if spec.m <= 64 or _padded(spec.m, 128) > 1.15 * spec.m or blocks(128, 128) < 264:
-        return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra, **_four_columns(spec)}
+        return {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, **extra, **_gather_ks(spec)}
+    if _outer_product(spec) and blocks(128, 64) >= 264:
+        return {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32}
     wide = _padded(cols, 256) <= 1.03 * cols and blocks(128, 256) >= 264
     if spec.k >= 1024 and (wide or (spec.m >= 1024 and cols >= 1024)):
         return {"V": 3, "BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, **extra}
@@ -118,6 +127,35 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
     if _padded(n128, 132) < _padded(n128, 264) - 0.1 * n128:  # one eight-warp group per SM wastes less of a wave
         return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2, **extra}
     return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64, **extra}
+
+
+def _gather_ks(spec: Any) -> dict[str, int]:
+    """Knobs added to an implicit convolution's 64x128 tiles: the four-column gathers where they apply
+    (`_four_columns`), else two k8 steps per FP32 add (KS 2) alone. On an H100 KS 2 ran alexnet b64's 5x5 input
+    gradient `64x64x729x4800` 0.910 -> 0.708 ms and its stem `1x64x193600x363` 0.281 -> 0.230; its 5x5 forward
+    `1x192x46656x1600` ran 0.670 ms in these tiles against 0.722 in the 64x64 BK 32 ones that won without KS 2
+    (benchmarks/sweep_step_gemms.py, docs/benchmarks.md)."""
+    if spec.conv is None:
+        return {}
+    return _four_columns(spec) or {"KS": 2}
+
+
+def _short_chunk_rows(spec: Any) -> bool:
+    """A weight gradient of 256+ rows (whole 128-row tiles) split into chunks shorter than
+    `scheduler.SPLIT_K_GRAD_MIN` (the short-chunk rule of `scheduler._grad_parts`: alexnet b64's 13x13 layers, 13
+    chunks of 832): 128x64 tiles with 64x32 warp tiles and KS 2 ran its three products 0.482 -> 0.415,
+    0.355 -> 0.308 and 0.333 -> 0.305 ms against 64x64 tiles with BK 32 on an H100."""
+    from plait.schedule import scheduler
+
+    return spec.m >= 256 and spec.m % 128 == 0 and spec.k < scheduler.SPLIT_K_GRAD_MIN
+
+
+def _outer_product(spec: Any) -> bool:
+    """A linear layer's weight gradient `dy^T @ x` at a batch of at most 64 (A read transposed, K = the batch):
+    a few k8 steps per tile, so the many 128x128 tiles spend their time outside the k loop. 128x64 tiles with
+    64x32 warp tiles ran alexnet b64's `1x4096x9216x64` 0.223 -> 0.178 ms and `1x4096x4096x64` 0.110 -> 0.082
+    on an H100."""
+    return spec.batch == 1 and spec.conv is None and spec.a[2] == 1 and spec.k <= 64 and spec.m % 128 == 0
 
 
 def _four_columns(spec: Any) -> dict[str, int]:
