@@ -2,9 +2,12 @@
 
 dW[co, r] = sum over images n and output positions q of dy[n, co, q] * X[n, r, q], where row r = (channel, ky, kx)
 of the patch matrix X is a run of input rows (zero outside the image). Both operands run along the positions, so
-the product is written as dot products along them: a block of positions is copied from dy (contiguous per image)
-and gathered from the image for a chunk of patch rows into small buffers that stay in cache, and a register tile
-of MR output-gradient rows by NC patch rows accumulates 16 lanes along the positions, summed once at the end.
+the product is written as dot products along them: for a block of positions, a chunk of patch rows is gathered
+from the image into a small buffer that stays in cache, dy's rows are read where they are (a block within one image
+of a plane of whole vectors; else copied, padded with zeros), and a register tile of MR output-gradient rows by NC
+patch rows accumulates 16 lanes along the positions, summed once at the end. Reading dy in place saves a copy of it
+per chunk of patch rows (twelve of a 128-channel 3x3 layer's): one thread, resnet18's layers at batch 16, the 56x56
+one 51 -> 46 ms, the stem 66 -> 57-60 (benchmarks/conv_wgrad_direct_cpu.py's shapes).
 Neither operand is transposed, so the im2col buffer of the folded form (C*kh*kw x N*P, written then read back) and
 the copy of dy into an (N*P, Co) layout (the stem's 51 MB at batch 16) are not made. Few output tiles (a stem's
 147 x 64) split the positions into parts summed afterwards, so every thread has work.
@@ -24,9 +27,9 @@ KCW = 512  # positions per block: a task's buffers (patch rows, dy rows, partial
 def _source() -> str:
     """The library's C source for the tile and block sizes above."""
     return f"""//@shared-begin plait_wgrad
-/* acc[i][j] (16 lanes along the positions) += dy row i . patch row j over kcp positions (a multiple of 16); the
-   partial sums live in part between blocks. */
-static inline __attribute__((always_inline)) void plait_wgrad_micro(int kcp, const float* restrict a,
+/* acc[i][j] (16 lanes along the positions) += dy row i (at a + i * lda) . patch row j (at b + j * kcp) over kcp
+   positions (a multiple of 16); the partial sums live in part between blocks. */
+static inline __attribute__((always_inline)) void plait_wgrad_micro(int kcp, const float* restrict a, long lda,
                                                                    const float* restrict b, plait_v16* part, int first) {{
   plait_v16 acc[{MR}][{NC}];
 #pragma GCC unroll {MR}
@@ -36,7 +39,7 @@ static inline __attribute__((always_inline)) void plait_wgrad_micro(int kcp, con
   for (int p = 0; p < kcp; p += 16) {{
     plait_v16 av[{MR}];
 #pragma GCC unroll {MR}
-    for (int i = 0; i < {MR}; i++) av[i] = *(const plait_v16*)(a + (long)i * kcp + p);
+    for (int i = 0; i < {MR}; i++) av[i] = *(const plait_v16*)(a + i * lda + p);
 #pragma GCC unroll {NC}
     for (int j = 0; j < {NC}; j++) {{
       plait_v16 bv = *(const plait_v16*)(b + (long)j * kcp + p);
@@ -108,11 +111,18 @@ static void plait_wgrad_pack_x(const float* x, const plait_win* g, int c, int nr
 
 /* dw (co x nrow, the weight's layout) = dy (images x co x npos) . patch rows of x (images x c x h x w) over every
    image and position. Tasks: chunks of {ROWS} patch rows x {COLS} output channels, times `parts` slices of the
-   positions when there are fewer chunks than 4 per thread (their sums then meet in a shared buffer). */
+   positions when there are fewer chunks than 4 per thread (their sums then meet in a shared buffer). With whole
+   vectors per plane and tiles per channel chunk (inplace), blocks stay within one image, of equal multiples of 16
+   positions up to {KCW}, and the micro-kernel reads dy's rows where they are; else blocks of {KCW} run across
+   images and dy's rows are copied into a buffer padded with zeros. */
 static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_win* g, int images, int c, int co,
                         int nrow, int npos) {{
   long total = (long)images * npos;
-  int nkb = (int)((total + {KCW - 1}) / {KCW});
+  int inplace = npos % 16 == 0 && co % {MR} == 0;
+  int per = (npos + {KCW - 1}) / {KCW}, bs = (npos + per - 1) / per;
+  bs = (bs + 15) / 16 * 16;
+  per = (npos + bs - 1) / bs;
+  int nkb = inplace ? images * per : (int)((total + {KCW - 1}) / {KCW});
   int rch = (nrow + {ROWS - 1}) / {ROWS}, cch = (co + {COLS - 1}) / {COLS};
   long base = (long)rch * cch, want = 4L * omp_get_num_threads();
   int parts = base >= want ? 1 : (int)((want + base - 1) / base);
@@ -138,7 +148,16 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
     int sp[{KCW}], sl[{KCW}], si[{KCW}], soy[{KCW}], sox[{KCW}];
     for (int kb = kb0; kb < kb1; kb++) {{
       long g0 = (long)kb * {KCW};
-      int kc = total - g0 < {KCW} ? (int)(total - g0) : {KCW}, kcp = (kc + 15) / 16 * 16, ns = 0;
+      int kc = total - g0 < {KCW} ? (int)(total - g0) : {KCW};
+      const float* ta = a; /* the block's dy rows c0.., copied into a or in place */
+      if (inplace) {{
+        int img = kb / per, pos0 = kb % per * bs;
+        kc = npos - pos0 < bs ? npos - pos0 : bs;
+        g0 = (long)img * npos + pos0;
+        ta = dy + ((long)img * co + c0) * npos + pos0;
+      }}
+      int kcp = (kc + 15) / 16 * 16, ns = 0;
+      long lda = inplace ? npos : kcp;
       for (int p = 0; p < kc;) {{ /* the block's positions as runs within one output row */
         long gg = g0 + p;
         int img = (int)(gg / npos), pos = (int)(gg % npos), ox = pos % g->ow;
@@ -147,7 +166,7 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
         ns++;
         p += run;
       }}
-      for (int i = 0; i < cols; i++) {{ /* dy rows c0 + i, contiguous within each image */
+      for (int i = 0; i < (inplace ? 0 : cols); i++) {{ /* dy rows c0 + i, contiguous within each image */
         float* d = a + (long)i * kcp;
         if (c0 + i >= c1) {{
           memset(d, 0, sizeof(float) * (size_t)kcp);
@@ -164,7 +183,7 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
       plait_wgrad_pack_x(x, g, c, nrow, r0, rows, kc, kcp, ns, sp, sl, si, soy, sox, b);
       for (int rt = 0; rt < rows / {NC}; rt++)
         for (int ct = 0; ct < cols / {MR}; ct++)
-          plait_wgrad_micro(kcp, a + (long)ct * {MR} * kcp, b + (long)rt * {NC} * kcp,
+          plait_wgrad_micro(kcp, ta + ct * {MR} * lda, lda, b + (long)rt * {NC} * kcp,
                             part + ((long)rt * (cols / {MR}) + ct) * {MR * NC}, kb == kb0);
     }}
     for (int rt = 0; rt < rows / {NC}; rt++)

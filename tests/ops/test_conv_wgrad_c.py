@@ -23,6 +23,10 @@ CASES = [  # n, c, h, w, co, (kh, kw), (sh, sw), (ph, pw), (dh, dw)
     (2, 8, 24, 24, 6, (3, 3), (1, 1), (1, 1), (1, 1)),  # 1152 positions: three blocks, split into summed parts
     (4, 8, 8, 8, 12, (1, 1), (2, 2), (0, 0), (1, 1)),  # a strided 1x1 projection
     (2, 5, 13, 12, 9, (3, 5), (3, 1), (2, 0), (1, 2)),  # stride 3, rectangular and dilated
+    # dy read in place (planes of whole vectors, channels a multiple of 4): blocks within one image
+    (2, 3, 28, 28, 12, (3, 3), (1, 1), (1, 1), (1, 1)),  # 784 positions: blocks of 400 and 384 per image
+    (3, 4, 32, 32, 8, (3, 3), (2, 2), (1, 1), (1, 1)),  # 16x16 out: one block per image, parts over images
+    (1, 12, 8, 8, 132, (3, 3), (1, 1), (1, 1), (1, 1)),  # 132 channels: a second channel chunk of 4
 ]
 
 
