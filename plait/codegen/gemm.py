@@ -44,6 +44,14 @@ class GemmSpec:
     def flops(self) -> int:
         return 2 * self.batch * self.m * self.n * self.k
 
+    def a_at(self, bz: int) -> int:
+        """The offset of batch entry `bz`'s first A element, in the layout `a` describes."""
+        return self.a[0] + bz // self.inner * self.a[1] + bz % self.inner * self.a_inner
+
+    def b_at(self, bz: int) -> int:
+        """The offset of batch entry `bz`'s first B element, in the layout `b` describes."""
+        return self.b[0] + bz // self.inner * self.b[1] + bz % self.inner * self.b_inner
+
 
 @dataclass(frozen=True)
 class Epilogue:

@@ -433,13 +433,11 @@ def _implicit_wgrad(plan: tuple[Node, Node, GemmSpec]) -> tuple[Node, Node, Gemm
     a, b, spec = plan
     win: Window = b.arg
     span, rows = win.n * win.oh * win.ow, win.c * win.kh * win.kw
-    bo, sbb, sbk, sbn = spec.b
+    _, _, sbk, sbn = spec.b
     if not win.fold or sbk != 1 or sbn != span or win.n * win.c * win.h * win.w >= 2**31 or span >= 2**31:
         return None
-    for bz in range(spec.batch):
-        row0, pos0 = divmod(bo + bz // spec.inner * sbb + bz % spec.inner * spec.b_inner, span)
-        if pos0 + spec.k > span or row0 + spec.n > rows:
-            return None
+    if not _runs_within([spec.b_at(bz) for bz in range(spec.batch)], spec.k, spec.n, span, rows):
+        return None
     t = GemmSpec(spec.batch, spec.m, spec.n, spec.k, spec.a, spec.b, spec.inner, spec.a_inner, spec.b_inner, None, win)
     return a, b.srcs[0], t
 
@@ -501,7 +499,12 @@ def _output_gradients_in_place(
         images, c, h, w = x.shape
         plane, span = h * w, images * h * w
         specs = [gemm_ops[u][2] for u in users]
-        if not all(sp.m > MAX_ROWS and sp.a[2:] == (span, 1) and _rows_within(sp, span, c) for sp in specs):
+        if not all(
+            sp.m > MAX_ROWS
+            and sp.a[2:] == (span, 1)
+            and _runs_within([sp.a_at(bz) for bz in range(sp.batch)], sp.k, sp.m, span, c)
+            for sp in specs
+        ):
             continue
         maybe = [_nchw_spec(sp, plane, c * plane, span) for sp in specs]
         in_place = [sp for sp in maybe if sp is not None]
@@ -558,19 +561,18 @@ def _nchw_view(spec: GemmSpec, plane: int, image: int, span: int) -> GemmSpec | 
     s_out = at(ao + sab) - base if outer > 1 else 0
     s_in = at(ao + spec.a_inner) - base if spec.inner > 1 else 0
     for bz in range(spec.batch):
-        off = ao + bz // spec.inner * sab + bz % spec.inner * spec.a_inner
+        off = spec.a_at(bz)
         if off % span % plane + spec.k > plane or at(off) != base + bz // spec.inner * s_out + bz % spec.inner * s_in:
             return None
     return replace(spec, a=(base, s_out, plane, 1), a_inner=s_in)
 
 
-def _rows_within(spec: GemmSpec, span: int, rows: int) -> bool:
-    """True when every batch entry of `spec` reads A within one row run of the (rows, span) layout its `a` strides
-    describe: its first (row, position) plus M rows and K positions stay inside."""
-    ao, sab, _, _ = spec.a
-    for bz in range(spec.batch):
-        row0, pos0 = divmod(ao + bz // spec.inner * sab + bz % spec.inner * spec.a_inner, span)
-        if pos0 + spec.k > span or row0 + spec.m > rows:
+def _runs_within(starts: list[int], k: int, width: int, span: int, rows: int) -> bool:
+    """True when each batch entry of an operand in a (rows, span) layout, starting at its offset in `starts`, stays
+    inside: its first (row, position) plus `width` rows and `k` positions (a product's A: M rows; B: N)."""
+    for start in starts:
+        row0, pos0 = divmod(start, span)
+        if pos0 + k > span or row0 + width > rows:
             return False
     return True
 
