@@ -366,16 +366,22 @@ def _table_fill(spec: GemmSpec, bk: int, slot: str, k0: str) -> str:
 """
 
 
+def _table_entry(spec: GemmSpec, row: str, fold: bool, k: str) -> str:
+    """Declarations shared by the k-table gathers: the column's placement (`conv_column`), the entry `e_` of tap `k`
+    and the input pixel (iy_, ix_) it reads."""
+    return (
+        f"{conv_column(spec, row, fold)} const int2 e_ = ktab[{k}];"
+        " const int iy_ = iy0_ + (e_.y >> 16), ix_ = ix0_ + (e_.y & 0xffff);"
+    )
+
+
 def _table_gather(spec: GemmSpec, fold: bool) -> Callable[[str, str, str, str], tuple[str, str]]:
     """An implicit convolution's B element through the k-table `ktab` of the current tile (see `_table_fill`)."""
     win = spec.conv
     assert win is not None
 
     def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
-        decls = (
-            f"{conv_column(spec, row, fold)} const int2 e_ = ktab[{k}];"
-            " const int iy_ = iy0_ + (e_.y >> 16), ix_ = ix0_ + (e_.y & 0xffff);"
-        )
+        decls = _table_entry(spec, row, fold, k)
         inside = f"(uint)iy_ < {win.h}u && (uint)ix_ < {win.w}u"
         return decls, f"({cond} && {inside}) ? b[o_ + iy0_ * {win.w} + ix0_ + e_.x] : 0.0f"
 
@@ -399,9 +405,7 @@ def _table_gather4(spec: GemmSpec, fold: bool) -> Callable[[str, str, str, str],
 
     def gather(row: str, k0: str, k: str, cond: str) -> tuple[str, str]:
         decls = (
-            f"{conv_column(spec, row, fold)} const int2 e_ = ktab[{k}];"
-            " const int iy_ = iy0_ + (e_.y >> 16), ix_ = ix0_ + (e_.y & 0xffff);"
-            f" const bool in_ = ({cond}) && (uint)iy_ < {win.h}u;"
+            _table_entry(spec, row, fold, k) + f" const bool in_ = ({cond}) && (uint)iy_ < {win.h}u;"
             f" __global const float* p_ = b + (o_ + iy0_ * {win.w} + ix0_ + e_.x);"
         )
         lanes = ", ".join(f"in_ && (uint)(ix_ + {j}) < {win.w}u ? p_[{j}] : 0.0f" for j in range(4))
