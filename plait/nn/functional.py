@@ -302,7 +302,7 @@ def conv2d(
     direct_w = direct_w and conv_wgrad_c.wins(geo)
     folded = recording and co // g >= FOLD_MIN_ROWS and not direct_w
     if folded:
-        out, cols = _conv2d_folded(x, weight, Window(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, fold=True), g)
+        out, cols = _conv2d_folded(x, weight, dataclasses.replace(geo, fold=True), g)
     else:
         if (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
             cols = x.reshape(n, g, k, h * w)
