@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from plait.codegen.gemm import direct_conv
 from plait.errors import PlaitError
 from plait.runtime.base import Buffer
 from plait.schedule.plan import Plan, read, render
@@ -53,7 +54,7 @@ class TuneReport:
     spent_s: float = 0.0
     tuned: list[Tuned] = field(default_factory=list)
     cached: int = 0  # products whose winner was already in the cache
-    fixed: int = 0  # products with nothing to choose (depthwise, matrix-vector)
+    fixed: int = 0  # products with nothing to choose (depthwise, matrix-vector, image stems on the cpu)
     left: int = 0  # products the budget did not reach
 
     def summary(self) -> str:
@@ -110,7 +111,7 @@ def tune_plan(
             continue
         item = items[0]
         base = render(device, item)
-        if base.name.split("_", 1)[0] in _FIXED:
+        if base.name.split("_", 1)[0] in _FIXED or (device.renderer.dialect == "c" and direct_conv(spec)):
             report.fixed += 1
             continue
         if time.perf_counter() - start > budget_s:
