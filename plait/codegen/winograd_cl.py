@@ -21,7 +21,7 @@ Winograd F(2,3) through OpenCL").
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from plait import settings
@@ -59,6 +59,8 @@ class WinogradCLPlan:
     x_view: tuple[int, int]
     w_view: tuple[int, int, int]
     fold: bool = False  # the output is laid out (K, N, OH*OW), a training convolution's folded product
+    pad: int = 4  # V's tile columns are padded to a multiple of this (float4 loads; whole K chunks for `wgrad_plan`)
+    parts: int = 1  # K chunks of a weight gradient's 16 products over the tiles (`wgrad_plan`)
 
     @property
     def th(self) -> int:
@@ -74,8 +76,8 @@ class WinogradCLPlan:
 
     @property
     def tp(self) -> int:
-        """Tile columns of V and M: the tiles padded to a multiple of 4 (float4 loads in the GEMM)."""
-        return -(-self.tiles // 4) * 4
+        """Tile columns of V and M: the tiles padded to a multiple of `pad` (float4 loads in the GEMM)."""
+        return -(-self.tiles // self.pad) * self.pad
 
     @property
     def u_shape(self) -> tuple[int, int, int]:
@@ -91,12 +93,12 @@ class WinogradCLPlan:
         return gemm.GemmSpec(ALPHA * ALPHA, k, tp, c, (0, k * c, c, 1), (0, c * tp, tp, 1))
 
 
-def _mode(spec: Any) -> str:
+def _mode(win: Any, k: int) -> str:
+    """PLAIT_WINOGRAD_CL, checked; `win` and `k` (output channels) name the convolution in the error."""
     mode = str(settings.get("PLAIT_WINOGRAD_CL"))
     if mode not in ("off", "auto", "2"):
-        win = spec.conv
         raise PlaitError(
-            f"3x3 convolution {win.n}x{win.c}x{win.h}x{win.w} -> {spec.m} channels on OpenCL:"
+            f"3x3 convolution {win.n}x{win.c}x{win.h}x{win.w} -> {k} channels on OpenCL:"
             f" PLAIT_WINOGRAD_CL={mode!r} is not one of auto, off, 2; unset it for the per-layer choice"
         )
     return mode
@@ -111,8 +113,8 @@ def pick(spec: Any) -> WinogradCLPlan | None:
     fold = _folded(spec)
     if not fold and (spec.conv is None or not winograd_c.eligible(spec) or spec.inner not in (1, spec.batch)):
         return None
-    mode = _mode(spec)
     win = spec.conv
+    mode = _mode(win, spec.m)
     # the images are the outer batch dim (inner 1) or the inner one (inner = batch), each with its own stride; a
     # folded product's columns run over the images of one NCHW buffer
     image = (0, win.c * win.h * win.w) if fold else (spec.b[0], spec.b[1] if spec.inner == 1 else spec.b_inner)
@@ -126,6 +128,37 @@ def pick(spec: Any) -> WinogradCLPlan | None:
     if mode == "auto" and (min(win.c, spec.m) < MIN_CHANNELS or plan.tiles < fewest):
         return None
     return plan
+
+
+WGRAD_TILE_TARGET = 1056  # 64x64 tiles a weight gradient's 16 products aim for in K chunks (8 per SM of an H100)
+WGRAD_MIN_CHUNK = 1024  # shortest K chunk (tile columns) of those products
+WGRAD_CHUNK_UNIT = 32  # chunks hold whole BK 32 steps, so no K edge is checked
+
+
+def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
+    """A Winograd plan for the weight gradient of the 3x3 stride-1 convolution `win` with `k` output channels (the
+    caller checks groups == 1), or None where the direct product (dy @ columns^T) runs it.
+
+    dW = G^T [sum over tiles of (A dy A^T) . (B^T d B)] G: the input tile d takes the forward's transform V, the
+    output gradient's 2x2 tile the 4x4 transform A dy A^T (`render_dy`), the 16 products (K x C, the reduction
+    over the tiles) run on the GEMM in `parts` K chunks, and `render_wgrad` sums the chunks and applies G^T . G.
+    That is 16 multiplies per channel pair and 2x2 outputs where the direct product does 36. PLAIT_WINOGRAD_CL
+    decides as for the forward: 'auto' with MIN_CHANNELS channels in and out and MIN_TILES tiles."""
+    if (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) != (3, 3, 1, 1, 1, 1) or win.ph > 2 or win.pw > 2:
+        return None
+    mode = _mode(win, k)
+    base = WinogradCLPlan(
+        win.n, win.c, k, win.h, win.w, win.oh, win.ow, win.ph, win.pw, (0, win.c * win.h * win.w), (0, 0, 1)
+    )
+    if mode == "off" or (mode == "auto" and (min(win.c, k) < MIN_CHANNELS or base.tiles < MIN_TILES)):
+        return None
+    tiles64 = -(-k // 64) * -(-win.c // 64)
+    unit, parts = WGRAD_CHUNK_UNIT, 1
+    while ALPHA * ALPHA * parts * tiles64 < WGRAD_TILE_TARGET and -(-base.tiles // ((parts + 1) * unit)) * unit >= (
+        WGRAD_MIN_CHUNK
+    ):
+        parts += 1
+    return replace(base, pad=unit * parts, parts=parts)
 
 
 def _folded(spec: Any) -> bool:
@@ -255,3 +288,63 @@ def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> Rende
     gs, ls = _grid(p.tiles)
     stem = "WINOOUT2F" if p.fold else "WINOOUT2"
     return _named(f"{stem}_{p.n}x{p.k}x{positions}x{p.c * 9}", src_text, (gs[0], p.k), (ls[0], 1))
+
+
+def _transposed(mat: winograd_c._Mat) -> winograd_c._Mat:
+    return tuple(zip(*mat, strict=True))
+
+
+def render_dy(p: WinogradCLPlan) -> RenderedKernel:
+    """D[xi][k][t] = (A g A^T)[xi] of the 2x2 output-gradient tile g of tile t in channel k (the (N, K, OH, OW)
+    gradient; zeros outside the output and for the padding columns t >= T), one work-item per (t, k)."""
+    _, _, at = winograd_c.TRANSFORMS[2]
+    positions = p.oh * p.ow
+    it = _idx(16 * p.k * p.tp, p.n * p.k * positions)
+    loads = "".join(
+        f"  const float g{u}_{v} = (t < {p.tiles} && oy + {u} < {p.oh} && ox + {v} < {p.ow})"
+        f" ? G[o + (oy + {u}) * {p.ow} + ox + {v}] : 0.0f;\n"
+        for u in range(2)
+        for v in range(2)
+    )
+    body, out = _sandwich(_transposed(at), [[f"g{u}_{v}" for v in range(2)] for u in range(2)], "d")
+    plane = f"{p.k * p.tp}{'L' if it == 'long' else ''}"
+    stores = "".join(
+        f"  D[{a * ALPHA + b} * {plane} + k * {p.tp} + t] = {out[a][b]};\n" for a in range(ALPHA) for b in range(ALPHA)
+    )
+    src_text = f"""__kernel void KERNEL_NAME(__global float* restrict D, __global const float* restrict G) {{
+  const {it} t = get_global_id(0), k = get_global_id(1);
+  if (t >= {p.tp}) return;
+  const {it} img = t / {p.th * p.tw}, r = t % {p.th * p.tw};
+  const int oy = (int)(r / {p.tw}) * 2, ox = (int)(r % {p.tw}) * 2;
+  const {it} o = img * {p.k * positions} + k * {positions};
+{loads}{body}{stores}}}
+"""
+    gs, ls = _grid(p.tp)
+    return _named(f"WINODY2_{p.n}x{p.k}x{p.oh}x{p.ow}", src_text, (gs[0], p.k), (ls[0], 1))
+
+
+def render_wgrad(p: WinogradCLPlan) -> RenderedKernel:
+    """dW[k][c] = G^T M G of the 16 products M[xi][k][c], each the sum of its `parts` K chunks in chunk order (the
+    partial products laid out (16, parts, K, C)), stored as the (K, C, 3, 3) weight gradient; one work-item per
+    (k, c)."""
+    _, g, _ = winograd_c.TRANSFORMS[2]
+    kc = p.k * p.c
+    it = _idx(16 * p.parts * kc, 9 * kc)
+    lit = "L" if it == "long" else ""
+    names = [[f"m{u}_{v}" for v in range(ALPHA)] for u in range(ALPHA)]
+    zeros = "".join(f"  float {names[u][v]} = 0.0f;\n" for u in range(ALPHA) for v in range(ALPHA))
+    sums = "".join(
+        f"    {names[u][v]} += P[({(u * ALPHA + v) * p.parts} + s) * {kc}{lit} + q];\n"
+        for u in range(ALPHA)
+        for v in range(ALPHA)
+    )
+    body, out = _sandwich(_transposed(g), names, "w")
+    stores = "".join(f"  W[q * 9 + {a * 3 + b}] = {out[a][b]};\n" for a in range(3) for b in range(3))
+    src_text = f"""__kernel void KERNEL_NAME(__global float* restrict W, __global const float* restrict P) {{
+  const {it} q = get_global_id(0);
+  if (q >= {kc}) return;
+{zeros}  for (int s = 0; s < {p.parts}; s++) {{
+{sums}  }}
+{body}{stores}}}
+"""
+    return _named(f"WINOWG2_{p.k}x{p.c}x{p.parts}", src_text, *_grid(kc))

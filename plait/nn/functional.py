@@ -28,6 +28,7 @@ from plait.graph.autodiff import custom_vjp, grad_enabled, no_grad
 from plait.graph.node import Node
 from plait.graph.ops import conv_wgrad_c, depthwise_cl, depthwise_grad_c, indexing, pool, pool_cl, pool_grad
 from plait.graph.ops.conv import Window, im2col
+from plait.graph.ops.winograd_cl import wgrad_plan, winograd_cl_wgrad
 from plait.schedule.plan import capturing
 
 IntPair = int | Sequence[int]
@@ -414,6 +415,9 @@ def _conv_vjp(
     pointwise = (kh, kw, win.sh, win.sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)
     pointwise = pointwise and folded and g == 1 and x.node.device.startswith("opencl") and _views_of(cols.node, x.node)
     transposed = transposed or pointwise
+    # OpenCL: a 3x3 stride-1 weight gradient by Winograd F(2,3) where `wgrad_plan` picks it (wide layers)
+    on_cl = folded and g == 1 and x.node.device.startswith("opencl") and weight.requires_grad
+    wino_w = wgrad_plan(win, co) if on_cl else None
     # the rule keeps nodes, not Tensors: a live Tensor marks its value as one the caller can read, which a plan
     # then may not reuse (plait/schedule/plan.py, `held`); the patch columns are only the weight gradient's
     x_node, cols_node, w_node = x.node, cols.node, weight.node
@@ -440,6 +444,8 @@ def _conv_vjp(
             grads.append((w_node, depthwise_grad_c.depthwise_wgrad_c(grad, x_node, win)))
         elif w_node.rg and direct_w:
             grads.append((w_node, conv_wgrad_c.conv_wgrad_c(grad, x_node, win)))
+        elif w_node.rg and wino_w is not None:
+            grads.append((w_node, winograd_cl_wgrad(grad, x_node, wino_w)))
         elif w_node.rg:
             if folded and x_node.device.startswith("cpu") and co * cg * kh * kw >= WGRAD_PLAIN_MIN:
                 # a large weight's (C*kh*kw, Co) product, transposed into the weight's layout afterwards, costs a

@@ -1,6 +1,7 @@
-"""The OpenCL Winograd transforms in front of the batched GEMM: nodes the scheduler adds when it runs a convolution
-with Winograd's F(2,3) on an OpenCL device (plait/codegen/winograd_cl.py). They never appear in a user's graph, so
-they have no gradient."""
+"""The OpenCL Winograd transforms around the batched GEMM (plait/codegen/winograd_cl.py): nodes the scheduler adds
+when it runs a convolution with Winograd's F(2,3) on an OpenCL device, and the weight gradient of a training
+convolution that `nn.functional`'s convolution gradient builds with them (`winograd_cl_wgrad`). They never appear
+in a user's graph, so they have no gradient."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from typing import Any
 
 from plait.codegen import winograd_cl
 from plait.codegen.cstyle import RenderedKernel
-from plait.errors import UnsupportedError
+from plait.codegen.winograd_cl import ALPHA, wgrad_plan
+from plait.errors import ShapeError, UnsupportedError
 from plait.graph.node import Node
 from plait.graph.ops import OpDef, register
+from plait.graph.ops.matmul import matmul
+from plait.graph.ops.movement import permute, reshape
+
+__all__ = ["wgrad_plan", "winograd_cl_input", "winograd_cl_weight", "winograd_cl_wgrad"]
 
 
 def winograd_cl_weight(weight: Node, plan: winograd_cl.WinogradCLPlan) -> Node:
@@ -21,6 +27,25 @@ def winograd_cl_weight(weight: Node, plan: winograd_cl.WinogradCLPlan) -> Node:
 def winograd_cl_input(image: Node, plan: winograd_cl.WinogradCLPlan) -> Node:
     """V = B^T d B per 4x4 tile d of the image root `image`, laid out (16, C, tiles padded to 4)."""
     return Node("winograd_cl_input", (image,), plan, plan.v_shape, image.dtype, image.device)
+
+
+def winograd_cl_wgrad(dy: Node, x: Node, plan: winograd_cl.WinogradCLPlan) -> Node:
+    """The (K, C, 3, 3) weight gradient of a 3x3 stride-1 convolution of `x` (N, C, H, W) with output gradient `dy`
+    (N, K, OH, OW) by Winograd F(2,3) (`winograd_cl.wgrad_plan`): the transforms of dy's 2x2 tiles D (16, K, T)
+    and of x's 4x4 tiles V (16, C, T), the 16 products D[xi] @ V[xi]^T as one batched GEMM in `plan.parts` K
+    chunks (both operands read along the tiles in place), and the kernel that sums the chunks and transforms back."""
+    p = plan
+    if dy.shape != (p.n, p.k, p.oh, p.ow) or x.shape != (p.n, p.c, p.h, p.w):
+        raise ShapeError(
+            f"winograd_cl_wgrad: output gradient {dy.shape} and input {x.shape} do not match the plan's"
+            f" {(p.n, p.k, p.oh, p.ow)} and {(p.n, p.c, p.h, p.w)}; make the plan from the convolution's window"
+        )
+    xis, parts, kc = ALPHA * ALPHA, p.parts, p.tp // p.parts
+    d = Node("winograd_cl_dy", (dy,), p, (xis, p.k, p.tp), dy.dtype, dy.device)
+    v = winograd_cl_input(x, p)
+    a = permute(reshape(d, (xis, p.k, parts, kc)), (0, 2, 1, 3))  # (16, parts, K, chunk)
+    b = permute(reshape(v, (xis, p.c, parts, kc)), (0, 2, 3, 1))  # (16, parts, chunk, C)
+    return Node("winograd_cl_wgrad", (matmul(a, b),), p, (p.k, p.c, 3, 3), dy.dtype, dy.device)
 
 
 def _only_opencl(r: Any, out: Node) -> None:
@@ -38,5 +63,17 @@ def _input_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
     return winograd_cl.render_input(out.arg)
 
 
+def _dy_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
+    _only_opencl(r, out)
+    return winograd_cl.render_dy(out.arg)
+
+
+def _wgrad_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
+    _only_opencl(r, out)
+    return winograd_cl.render_wgrad(out.arg)
+
+
 register(OpDef("winograd_cl_weight", "custom", kernel=_weight_kernel))
 register(OpDef("winograd_cl_input", "custom", kernel=_input_kernel))
+register(OpDef("winograd_cl_dy", "custom", kernel=_dy_kernel))
+register(OpDef("winograd_cl_wgrad", "custom", kernel=_wgrad_kernel))

@@ -1,0 +1,113 @@
+"""Weight gradients of 3x3 stride-1 training convolutions by Winograd F(2,3) on OpenCL (`winograd_cl.wgrad_plan`,
+`winograd_cl_wgrad`): dW = G^T [sum over tiles of (A dy A^T) . (B^T x B)] G against PyTorch in float64 (tile edges,
+padding 0, 1 and 2, K chunks), the per-layer choice of PLAIT_WINOGRAD_CL, and the training step's graph taking it.
+
+Tolerance as in test_winograd_cl.py: within TOL times the largest magnitude of the float64 reference (the direct
+product meets about 3e-7 of it on the same data; the transforms add a few inputs before the products)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from plait import dtypes, settings
+from plait.codegen import winograd_cl
+from plait.errors import PlaitError, ShapeError
+from plait.graph import autodiff
+from plait.graph.node import Node, toposort
+from plait.graph.ops.conv import Window
+from plait.graph.ops.winograd_cl import winograd_cl_wgrad
+from plait.schedule.plan import Plan
+from tests.conftest import DEVICES
+
+CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
+TOL = 1e-5
+
+
+def _weight_gradient(device: str, n: int, c: int, k: int, h: int, w: int, padding: int, mode: str):
+    """(plait's weight gradient of sum(conv2d(x, w) * g) under PLAIT_WINOGRAD_CL=`mode`, PyTorch's in float64, the
+    gradient node) on random data."""
+    rng = np.random.default_rng(0)
+    xa = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wa = (rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    ga = rng.standard_normal((n, k, h + 2 * padding - 2, w + 2 * padding - 2)).astype(np.float32)
+    x = plait.tensor(xa, device=device, requires_grad=True)
+    wt = plait.tensor(wa, device=device, requires_grad=True)
+    with settings.override(PLAIT_WINOGRAD_CL=mode):
+        loss = (F.conv2d(x, wt, padding=padding) * plait.tensor(ga, device=device)).sum()
+        seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+        node = autodiff.gradients(loss.node, seed, [wt.node])[wt.node.uid]
+    wr = torch.tensor(wa, dtype=torch.float64, requires_grad=True)
+    ref = torch.nn.functional.conv2d(torch.tensor(xa, dtype=torch.float64), wr, padding=padding)
+    (ref * torch.tensor(ga, dtype=torch.float64)).sum().backward()
+    assert wr.grad is not None
+    return node, wr.grad.numpy()
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        (2, 8, 16, 6, 6, 1),  # whole tiles
+        (3, 5, 17, 7, 9, 1),  # odd output sizes: tiles cut by both edges, channels off the vector width
+        (1, 4, 20, 5, 5, 0),  # no padding
+        (2, 3, 16, 6, 5, 2),  # padding 2: the output is larger than the input
+    ],
+)
+def test_winograd_weight_gradient_matches_torch(device: str, geometry: tuple[int, ...]) -> None:
+    *shape, padding = geometry
+    node, want = _weight_gradient(device, *shape, padding, "2")
+    assert any(x.op == "winograd_cl_wgrad" for x in toposort([node]))
+    (got,) = Plan([node])()
+    scale = float(np.abs(want).max())
+    err = float(np.abs(got.astype(np.float64) - want).max())
+    assert err <= TOL * scale, f"{geometry}: max error {err:.3g} > {TOL} x {scale:.3g}"
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_winograd_weight_gradient_in_k_chunks(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three K chunks of 32 tile columns (the last one partly padding): the output kernel sums them in order."""
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
+        plan = winograd_cl.wgrad_plan(Window(3, 6, 10, 10, 3, 3, 1, 1, 1, 1), 16)
+    assert plan is not None and plan.parts == 1
+    chunked = dataclasses.replace(plan, pad=96, parts=3)
+    monkeypatch.setattr(F, "wgrad_plan", lambda win, k: chunked)
+    node, want = _weight_gradient(device, 3, 6, 16, 10, 10, 1, "2")
+    (got,) = Plan([node])()
+    assert chunked.tiles == 75 and chunked.tp == 96
+    scale = float(np.abs(want).max())
+    assert float(np.abs(got.astype(np.float64) - want).max()) <= TOL * scale
+
+
+def test_auto_picks_wide_layers_in_chunks_of_whole_k_steps() -> None:
+    """'auto' keeps 64-channel layers on the direct product and splits the others' tile columns into chunks of
+    at least WGRAD_MIN_CHUNK (whole 32-column steps) that make WGRAD_TILE_TARGET 64x64 tiles."""
+    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+        assert winograd_cl.wgrad_plan(Window(64, 64, 56, 56, 3, 3, 1, 1, 1, 1), 64) is None
+        assert winograd_cl.wgrad_plan(Window(64, 256, 28, 28, 3, 3, 2, 2, 1, 1), 256) is None  # stride 2
+        assert winograd_cl.wgrad_plan(Window(1, 256, 28, 28, 3, 3, 1, 1, 1, 1), 256) is None  # 196 tiles
+        p = winograd_cl.wgrad_plan(Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1), 256)
+    assert p is not None and p.tiles == 64 * 28 * 28
+    chunk = p.tp // p.parts
+    assert p.tp % p.parts == 0 and chunk % winograd_cl.WGRAD_CHUNK_UNIT == 0 and chunk >= winograd_cl.WGRAD_MIN_CHUNK
+    assert 16 * p.parts * 16 >= winograd_cl.WGRAD_TILE_TARGET > 16 * (p.parts - 1) * 16  # 16 tiles of 64x64
+    with settings.override(PLAIT_WINOGRAD_CL="off"):
+        assert winograd_cl.wgrad_plan(Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1), 256) is None
+    with settings.override(PLAIT_WINOGRAD_CL="fast"), pytest.raises(PlaitError, match="PLAIT_WINOGRAD_CL"):
+        winograd_cl.wgrad_plan(Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1), 256)
+
+
+def test_mismatched_shapes_raise() -> None:
+    """An output gradient whose shape is not the plan's names the op and both shapes."""
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
+        plan = winograd_cl.wgrad_plan(Window(2, 8, 6, 6, 3, 3, 1, 1, 1, 1), 16)
+    assert plan is not None
+    dy = Node("input", (), None, (2, 16, 5, 6), dtypes.float32, "cpu")
+    x = Node("input", (), None, (2, 8, 6, 6), dtypes.float32, "cpu")
+    with pytest.raises(ShapeError, match=r"winograd_cl_wgrad: output gradient \(2, 16, 5, 6\)"):
+        winograd_cl_wgrad(dy, x, plan)
