@@ -355,6 +355,20 @@ def strided_view(node: Node, realize: set[int]) -> tuple[Node, int, tuple[int, .
     return None
 
 
+def _identity_view(node: Node, realize: set[int]) -> Node | None:
+    """The buffer that `node`, a chain of views, reads in its own row-major order, or None. A weight gradient's
+    chunk sum reaches the parameter's shape through a reshape, a permute and its inverse and another reshape:
+    on OpenCL each such chain was a copy kernel (alexnet's step: seven launches for its weights and biases)."""
+    view = strided_view(node, realize)
+    if view is None:
+        return None
+    root, off, st = view
+    if root is node or off or root.size != node.size or not (root.realized or root.uid in realize):
+        return None
+    dense = strides_of(node.shape)
+    return root if all(s == w for d, s, w in zip(node.shape, st, dense, strict=True) if d != 1) else None
+
+
 def _batch_layout(
     shape: tuple[int, ...], views: list[tuple[int, tuple[int, ...]]]
 ) -> tuple[int, int, list[tuple[int, int]]] | None:
@@ -681,6 +695,9 @@ def schedule(
         if n.op == "reshape" and (n.srcs[0].realized or n.srcs[0].uid in realize):
             items.append(Item(n, [n.srcs[0]], "alias"))  # a contiguous buffer viewed in another shape: no copy
             continue
+        if wide and n.op == "reshape" and (root := _identity_view(n.srcs[0], realize)) is not None:
+            items.append(Item(n, [root], "alias"))
+            continue
         inputs = _boundary(n.srcs, realize)
         k = kind(n)
         items.append(Item(n, inputs, k if k in ("reduce", "custom", "contract") else "elementwise"))
@@ -770,15 +787,31 @@ def _mark_constants(items: list[Item]) -> None:
 def _winograd_cl(items: list[Item], constants_once: bool) -> list[Item]:
     """OpenCL: replace each convolution GEMM that `winograd_cl.pick` chooses by four kernels: the weight transform
     (run once at plan build for a constant weight, as `_winograd` does), the input transform, the 16 products as one
-    batched GEMM item (tuned and rendered like any GEMM) and the output transform with the GEMM's fused epilogue."""
+    batched GEMM item (tuned and rendered like any GEMM) and the output transform with the GEMM's fused epilogue.
+    A training forward whose weight gradient also runs Winograd (`winograd_cl_wgrad`, which transforms the same
+    image tiles) takes that gradient's V instead of making its own: the V item moves up to the forward."""
+    shared = {it.inputs[0].uid: i for i, it in enumerate(items) if it.out.op == "winograd_cl_input"}
+    moved: set[int] = set()
     out: list[Item] = []
-    for it in items:
+    for i, it in enumerate(items):
+        if i in moved:
+            continue
         plan = winograd_cl.pick(it.gemm) if it.kind == "gemm" and it.gemm is not None else None
         if plan is None:
             out.append(it)
             continue
         weight, image = it.inputs[:2]
-        u, v = winograd_cl_weight(weight, plan), winograd_cl_input(image, plan)
+        j = shared.get(image.uid, -1)
+        grad_v = items[j].out.arg if j > i and plan.fold else None
+        if grad_v is not None and replace(plan, pad=grad_v.pad) == replace(
+            grad_v, w_view=plan.w_view, fold=True, parts=1
+        ):
+            plan = replace(plan, pad=grad_v.pad)
+            v = items[j].out
+            moved.add(j)
+        else:
+            v = winograd_cl_input(image, plan)
+        u = winograd_cl_weight(weight, plan)
         prod = matmul(u, v)
         out.append(Item(u, [weight], "custom", extra={"constant": constants_once and weight.buffer is not None}))
         out.append(Item(v, [image], "custom"))

@@ -111,3 +111,30 @@ def test_mismatched_shapes_raise() -> None:
     x = Node("input", (), None, (2, 8, 6, 6), dtypes.float32, "cpu")
     with pytest.raises(ShapeError, match=r"winograd_cl_wgrad: output gradient \(2, 16, 5, 6\)"):
         winograd_cl_wgrad(dy, x, plan)
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_training_forward_shares_the_weight_gradients_input_tiles(device: str) -> None:
+    """In one plan with the forward, the forward's Winograd takes the weight gradient's V (one input transform of
+    x, made before the forward and padded as the gradient's chunks need) and both results stay right."""
+    rng = np.random.default_rng(1)
+    xa = rng.standard_normal((2, 8, 6, 6)).astype(np.float32)
+    wa = (rng.standard_normal((16, 8, 3, 3)) / np.sqrt(72)).astype(np.float32)
+    ga = rng.standard_normal((2, 16, 6, 6)).astype(np.float32)
+    x = plait.tensor(xa, device=device, requires_grad=True)
+    wt = plait.tensor(wa, device=device, requires_grad=True)
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
+        out = F.conv2d(x, wt, padding=1)
+        loss = (out * plait.tensor(ga, device=device)).sum()
+        seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+        node = autodiff.gradients(loss.node, seed, [wt.node])[wt.node.uid]
+        plan = Plan([out.node, node])
+    ops = [it.out.op for it in plan.items]
+    assert ops.count("winograd_cl_input") == 1 and ops.index("winograd_cl_input") < ops.index("winograd_cl_dy")
+    got_out, got_w = plan()
+    wr = torch.tensor(wa, dtype=torch.float64, requires_grad=True)
+    ref = torch.nn.functional.conv2d(torch.tensor(xa, dtype=torch.float64), wr, padding=1)
+    (ref * torch.tensor(ga, dtype=torch.float64)).sum().backward()
+    assert wr.grad is not None
+    for got, want in ((got_out, ref.detach().numpy()), (got_w, wr.grad.numpy())):
+        assert float(np.abs(got - want).max()) <= TOL * float(np.abs(want).max())
