@@ -79,7 +79,8 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
       1.17x; a 4096^3 matmul: the fastest in the sweep): 128x256 with BK 8;
     - alexnet b64's training products (benchmarks/sweep_step_gemms.py): implicit convolutions in 64x128 tiles
       with KS 2 (`_gather_ks`), weight gradients in short chunks (`_short_chunk_rows`) and a linear layer's
-      weight gradient (`_outer_product`) in 128x64 tiles;
+      weight gradient (`_outer_product`) in 128x64 tiles, KS 2 for large-kernel gathered weight gradients
+      (`_large_gather_ks`) and 64x64 KS 2 tiles for Winograd's 192-row products (`_ragged_batched_rows`);
     - else 128x128 tiles of four 64x64 warp tiles (16-18% faster than eight 64x32 ones on vgg16's
       256x3136x2304 and 512x784x4608), two to an SM; eight 32x64 warp tiles, one to an SM, where that evens out
       the last wave (resnet18 b64's 128x50176x1152: 392 work-groups, 1.39x)."""
@@ -88,8 +89,18 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
             return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
         if _short_chunk_rows(spec):
             return {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32, "KS": 2}
-        return {"V": 3, "BM": 64, "BN": 64, "BK": 32 if spec.k >= 512 else 16, "WM": 32, "WN": 32}
+        return {
+            "V": 3,
+            "BM": 64,
+            "BN": 64,
+            "BK": 32 if spec.k >= 512 else 16,
+            "WM": 32,
+            "WN": 32,
+            **_large_gather_ks(spec),
+        }
     shared_a = spec.batch > 1 and spec.a[1] == 0 and spec.a_inner == 0
+    if _ragged_batched_rows(spec, shared_a):
+        return {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
     fold = shared_a and _padded(spec.n, 128) > 1.1 * spec.n
     cols, batches = (spec.batch * spec.n, 1) if fold else (spec.n, spec.batch)
     extra = {"FOLD": 1} if fold else {}
@@ -138,6 +149,26 @@ def _gather_ks(spec: Any) -> dict[str, int]:
     if spec.conv is None:
         return {}
     return _four_columns(spec) or {"KS": 2}
+
+
+def _large_gather_ks(spec: Any) -> dict[str, int]:
+    """KS 2 for a weight gradient gathered from the image (`conv_t`) with a 5x5 or larger kernel, in 64x64 tiles
+    with BK 32. On an H100 it ran alexnet b64's 5x5 `18x192x1600x2592` 0.730 -> 0.713 ms and its 11x11 stem
+    `121x64x363x1600` 0.295 -> 0.289 (benchmarks/sweep_step_gemms.py, docs/benchmarks.md). resnet's 7x7 stems
+    (`392x64x147x2048`) take it too, not swept alone; the 3x3 layers' products of resnet and vgg16 were not swept
+    with it and keep one k8 step per add."""
+    win = spec.conv_t
+    return {"KS": 2} if win is not None and win.kh * win.kw >= 25 and spec.k >= 512 else {}
+
+
+def _ragged_batched_rows(spec: Any, shared_a: bool) -> bool:
+    """A batch of wide products (1024+ columns) each with its own A (Winograd's 16) whose rows pad 128-row tiles by
+    over 15%, with K of 256 or more: 64x64 tiles with BK 32 and KS 2. alexnet b64's input gradient through its
+    192-filter 3x3 layer, `16x192x3136x384`, ran 0.238 ms in the 64x128 tiles the row-padding rule gives and 0.212
+    in these on an H100 (benchmarks/sweep_step_gemms.py); resnet's, vgg16's and mobilenet_v2's products have 64 or
+    a multiple of 128 rows, or few columns, and do not take it."""
+    ragged = spec.m > 64 and _padded(spec.m, 128) > 1.15 * spec.m
+    return spec.conv is None and spec.batch > 1 and not shared_a and ragged and spec.k >= 256 and spec.n >= 1024
 
 
 def _short_chunk_rows(spec: Any) -> bool:
