@@ -7,7 +7,9 @@ The graph is the weight gradient of sum(conv2d(x, w, padding=1) * g) alone (as `
 step), compiled with PLAIT_WINOGRAD_CL=off (direct) and =2 (Winograd), run once, then profiled.
 
     tools/gpu-run.sh python3 benchmarks/bench_wgrad_winograd_cl.py --device opencl:0 --batch 64
-    python3 benchmarks/bench_wgrad_winograd_cl.py --device opencl:0 --batch 2 --layers 16x16x8
+    python3 benchmarks/bench_wgrad_winograd_cl.py --device opencl:0 --batch 2 --layers 16x16x8 --targets 1056 2112
+
+`--targets` times Winograd once per value of `winograd_cl.WGRAD_TILE_TARGET` (the 64x64 tiles its K chunks aim for).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import plait
 import plait.nn.functional as F
 from plait import settings
+from plait.codegen import winograd_cl
 from plait.graph import autodiff
 from plait.schedule.plan import Plan
 from plait.schedule.profile import profile_plan
@@ -66,22 +69,26 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--layers", nargs="*", help="CxKxHW, e.g. 256x256x56 (default: vgg16's and resnet's layers)")
+    ap.add_argument("--targets", nargs="*", type=int, default=[winograd_cl.WGRAD_TILE_TARGET])
     args = ap.parse_args()
     layers = [tuple(int(v) for v in s.split("x")) for s in args.layers] if args.layers else LAYERS
     print(f"batch {args.batch}, median of {args.reps} event times per kernel (ms)")
-    print("| C | K | HxW | direct | Winograd | direct / Winograd | Winograd kernels | max diff / max |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| C | K | HxW | direct | tile target | Winograd | direct / Winograd | Winograd kernels | max diff / max |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for c, k, hw in layers:
         ref, off = _wgrad(args.device, c, k, hw, args.batch, "off", args.reps)
-        got, on = _wgrad(args.device, c, k, hw, args.batch, "2", args.reps)
-        t_off, t_on = sum(v[0] for v in off.values()), sum(v[0] for v in on.values())
-        kinds = ", ".join(f"{n} {v[0] * 1e3:.3f}" + (f" ({v[1]})" if v[1] > 1 else "") for n, v in on.items())
-        diff = float(np.abs(got - ref).max() / np.abs(ref).max())
-        print(
-            f"| {c} | {k} | {hw}x{hw} | {t_off * 1e3:.3f} | {t_on * 1e3:.3f} | {t_off / t_on:.2f}x | {kinds} |"
-            f" {diff:.1e} |",
-            flush=True,
-        )
+        t_off = sum(v[0] for v in off.values())
+        for target in args.targets:
+            winograd_cl.WGRAD_TILE_TARGET = target
+            got, on = _wgrad(args.device, c, k, hw, args.batch, "2", args.reps)
+            t_on = sum(v[0] for v in on.values())
+            kinds = ", ".join(f"{n} {v[0] * 1e3:.3f}" + (f" ({v[1]})" if v[1] > 1 else "") for n, v in on.items())
+            diff = float(np.abs(got - ref).max() / np.abs(ref).max())
+            print(
+                f"| {c} | {k} | {hw}x{hw} | {t_off * 1e3:.3f} | {target} | {t_on * 1e3:.3f} | {t_off / t_on:.2f}x |"
+                f" {kinds} | {diff:.1e} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
