@@ -14,13 +14,16 @@ backward in closed form, `nn.functional._batch_norm_vjp`), fwd (cpu training con
 gradient kernel, plait/graph/ops/depthwise_grad_c.py: back to patch columns and GEMVs), plain (large weights'
 gradients as dy @ columns^T, `nn.functional.WGRAD_PLAIN_MIN`: back to the swapped product and a transposing copy),
 wgrad (the cpu weight gradient kernel of plait/graph/ops/conv_wgrad_c.py: back to folded patch columns and a GEMM),
-bnsum (batch norm's channel sums over planes then images, `nn.functional._channel_sums`: back to one split sum).
+bnsum (batch norm's channel sums over planes then images, `nn.functional._channel_sums`: back to one split sum),
+s1 (the weight gradient kernel's stride-1 form, plait/codegen/wgrad_c.py `shifted`: back to the patch-row gather and
+the folded GEMM below 28x28 planes).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
 import time
@@ -57,6 +60,9 @@ def old_parts(names: list[str]) -> Iterator[None]:
     if "bnsum" in names:
         saved["_channel_sums"] = F._channel_sums
         F._channel_sums = lambda x, axes: x.sum(axis=axes, keepdims=True)
+    if "s1" in names:
+        saved["conv_wgrad_c.wgrad_c.shifted"] = F.conv_wgrad_c.wgrad_c.shifted
+        F.conv_wgrad_c.wgrad_c.shifted = lambda win: False
     if "plain" in names:
         saved["WGRAD_PLAIN_MIN"] = F.WGRAD_PLAIN_MIN
         F.WGRAD_PLAIN_MIN = 1 << 62  # every folded weight gradient swapped, then transposed
@@ -65,7 +71,7 @@ def old_parts(names: list[str]) -> Iterator[None]:
     finally:
         for k, v in saved.items():
             module, _, name = k.rpartition(".")
-            setattr(getattr(F, module) if module else F, name, v)
+            setattr(functools.reduce(getattr, module.split("."), F) if module else F, name, v)
 
 
 def plait_step(name: str, batch: int, device: str, old: list[str]) -> tuple[Callable[[], Any], float]:

@@ -11,6 +11,10 @@ one 51 -> 46 ms, the stem 66 -> 57-60 (benchmarks/conv_wgrad_direct_cpu.py's sha
 Neither operand is transposed, so the im2col buffer of the folded form (C*kh*kw x N*P, written then read back) and
 the copy of dy into an (N*P, Co) layout (the stem's 51 MB at batch 16) are not made. Few output tiles (a stem's
 147 x 64) split the positions into parts summed afterwards, so every thread has work.
+Stride-1 windows take a second form (plait_wgrad_s1): x and dy are copied once into rows padded by the window, so
+that every patch row is x's padded plane at a fixed offset and the micro-kernel reads both operands in place, no
+patch row gathered per chunk, at the cost of (kw - 1) * dw padded columns per output row (3.6% of a 56x56 plane,
+29% of a 7x7 one).
 """
 
 from __future__ import annotations
@@ -51,6 +55,33 @@ static inline __attribute__((always_inline)) void plait_wgrad_micro(int kcp, con
   for (int i = 0; i < {MR}; i++)
 #pragma GCC unroll {NC}
     for (int j = 0; j < {NC}; j++) part[i * {NC} + j] = acc[i][j];
+}}
+
+/* A task's partial sums (row tiles of {NC} patch rows x column tiles of {MR} channels, 16 lanes each) summed across
+   their lanes into out (co x nrow), rows [r0, r1) and channels [c0, c1). */
+static void plait_wgrad_store(const plait_v16* part, int rows, int cols, int r0, int r1, int c0, int c1, int nrow,
+                              float* out) {{
+  for (int rt = 0; rt < rows / {NC}; rt++)
+    for (int ct = 0; ct < cols / {MR}; ct++)
+      for (int i = 0; i < {MR}; i++)
+        for (int j = 0; j < {NC}; j++) {{
+          int o = c0 + ct * {MR} + i, r = r0 + rt * {NC} + j;
+          if (o >= c1 || r >= r1) continue;
+          plait_v16 v = part[((long)rt * (cols / {MR}) + ct) * {MR * NC} + i * {NC} + j];
+          float sum = 0.0f;
+          for (int l = 0; l < 16; l++) sum += v[l];
+          out[(long)o * nrow + r] = sum;
+        }}
+}}
+
+/* dw = the sum of `parts` partial weight gradients of n values each, laid one after another in red. */
+static void plait_wgrad_sum_parts(const float* red, int parts, long n, float* dw) {{
+#pragma omp for schedule(static) nowait
+  for (long e = 0; e < n; e++) {{
+    float sum = 0.0f;
+    for (int s = 0; s < parts; s++) sum += red[(long)s * n + e];
+    dw[e] = sum;
+  }}
 }}
 
 /* Patch rows [r0, r0 + rows) over the block's position runs (run e: kc positions from sp[e], image si[e], output
@@ -186,28 +217,136 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
           plait_wgrad_micro(kcp, ta + ct * {MR} * lda, lda, b + (long)rt * {NC} * kcp,
                             part + ((long)rt * (cols / {MR}) + ct) * {MR * NC}, kb == kb0);
     }}
-    for (int rt = 0; rt < rows / {NC}; rt++)
-      for (int ct = 0; ct < cols / {MR}; ct++)
-        for (int i = 0; i < {MR}; i++)
-          for (int j = 0; j < {NC}; j++) {{
-            int o = c0 + ct * {MR} + i, r = r0 + rt * {NC} + j;
-            if (o >= c1 || r >= r1) continue;
-            plait_v16 v = part[((long)rt * (cols / {MR}) + ct) * {MR * NC} + i * {NC} + j];
-            float sum = 0.0f;
-            for (int l = 0; l < 16; l++) sum += v[l];
-            if (parts > 1) red[((long)s * co + o) * nrow + r] = sum;
-            else dw[(long)o * nrow + r] = sum;
-          }}
+    plait_wgrad_store(part, rows, cols, r0, r1, c0, c1, nrow, parts > 1 ? red + (long)s * co * nrow : dw);
   }}
-  if (parts > 1) {{
-    long n = (long)co * nrow;
-#pragma omp for schedule(static) nowait
-    for (long e = 0; e < n; e++) {{
-      float sum = 0.0f;
-      for (int s = 0; s < parts; s++) sum += red[(long)s * n + e];
-      dw[e] = sum;
+  if (parts > 1) plait_wgrad_sum_parts(red, parts, (long)co * nrow, dw);
+}}
+//@shared-end
+"""
+
+
+def _shift_source() -> str:
+    """The library's C source of the stride-1 form: both operands padded once, then read in place."""
+    return f"""//@shared-begin plait_wgrad_s1
+/* acc[i][j] += dy row i (at a + i * lda) . b[j] over kcp positions (a multiple of 16) of each of nimg images (a and
+   b[j] advance by sa and sb per image); b[j] need not be aligned. The partial sums live in part between blocks. */
+static inline __attribute__((always_inline)) void plait_wgrad_s1_micro(int nimg, int kcp, const float* restrict a,
+                                                                      long lda, long sa, const float* const* b, long sb,
+                                                                      plait_v16* part, int first) {{
+  plait_v16 acc[{MR}][{NC}];
+#pragma GCC unroll {MR}
+  for (int i = 0; i < {MR}; i++)
+#pragma GCC unroll {NC}
+    for (int j = 0; j < {NC}; j++) acc[i][j] = first ? (plait_v16){{0}} : part[i * {NC} + j];
+  for (int m = 0; m < nimg; m++) {{
+    const float* am = a + m * sa;
+    const float* bm[{NC}];
+#pragma GCC unroll {NC}
+    for (int j = 0; j < {NC}; j++) bm[j] = b[j] + m * sb;
+    for (int p = 0; p < kcp; p += 16) {{
+      plait_v16 av[{MR}];
+#pragma GCC unroll {MR}
+      for (int i = 0; i < {MR}; i++) av[i] = *(const plait_v16*)(am + i * lda + p);
+#pragma GCC unroll {NC}
+      for (int j = 0; j < {NC}; j++) {{
+        plait_v16 bv = *(const plait_v16*)(bm[j] + p);
+#pragma GCC unroll {MR}
+        for (int i = 0; i < {MR}; i++) acc[i][j] += av[i] * bv;
+      }}
     }}
   }}
+#pragma GCC unroll {MR}
+  for (int i = 0; i < {MR}; i++)
+#pragma GCC unroll {NC}
+    for (int j = 0; j < {NC}; j++) part[i * {NC} + j] = acc[i][j];
+}}
+
+/* The weight gradient of a stride-1 window. x is copied once into planes padded by the window (row pitch wp = ow +
+   (kw - 1) * dw, plane pitch lp) and dy into rows of the same pitch (position t = oy * wp + ox, zero for ox >= ow
+   and past oh * wp, channels padded to a multiple of {MR}), so patch row (ci, ky, kx) at position t is the padded
+   plane of ci at t + ky * dh * wp + kx * dw: the micro-kernel reads both operands where they are and no patch row is
+   gathered per chunk. Positions ox >= ow meet other values of the plane, multiplied by dy's zeros. Blocks are a
+   part of one image's positions (large planes) or whole images, {KCW} positions or fewer (small planes). */
+static void plait_wgrad_s1(const float* dy, const float* x, float* dw, const plait_win* g, int images, int c, int co,
+                           int oh, int nrow) {{
+  int wp = g->ow + (g->kw - 1) * g->dw, kk = g->kh * g->kw;
+  long t1 = (long)oh * wp, tp = (t1 + 15) / 16 * 16, reach = (long)(g->kh - 1) * g->dh * wp + (g->kw - 1) * g->dw;
+  long lp = (tp + reach + 15) / 16 * 16, xplane = (long)g->h * g->w, yplane = (long)oh * g->ow;
+  int cop = (co + {MR - 1}) / {MR} * {MR};
+  int ipb = tp >= {KCW} ? 1 : (int)({KCW} / tp), per = (int)((tp + {KCW - 1}) / {KCW});
+  long bs = ((tp + per - 1) / per + 15) / 16 * 16;
+  per = (int)((tp + bs - 1) / bs);
+  int nkb = ipb > 1 ? (images + ipb - 1) / ipb : images * per;
+  int rch = (nrow + {ROWS - 1}) / {ROWS}, cch = (co + {COLS - 1}) / {COLS};
+  long base = (long)rch * cch, want = 4L * omp_get_num_threads();
+  int parts = base >= want ? 1 : (int)((want + base - 1) / base);
+  if (parts > nkb) parts = nkb;
+  size_t nx = (size_t)images * c * lp, ny = (size_t)images * cop * tp, nred = parts > 1 ? (size_t)parts * co * nrow : 0;
+  float* xp = plait_team_shared(nx + ny + nred); /* a team step: the run's buffer */
+  if (!xp) {{
+#pragma omp single copyprivate(xp)
+    xp = plait_shared_scratch(nx + ny + nred);
+  }}
+  float* dyp = xp + nx;
+  float* red = dyp + ny;
+#pragma omp for schedule(static) nowait
+  for (long t = 0; t < (long)images * (c + cop); t++) {{
+    if (t < (long)images * c) {{ /* plane t of x, padded */
+      float* d = xp + (t % c * images + t / c) * lp;
+      const float* src = x + t * xplane;
+      long top = (long)g->ph * wp + g->pw; /* the zeros before the first input value */
+      memset(d, 0, sizeof(float) * (size_t)top);
+      for (int iy = 0; iy < g->h; iy++) {{ /* a row, then the gap to the next row's first value */
+        float* row = d + top + (long)iy * wp;
+        memcpy(row, src + (long)iy * g->w, sizeof(float) * (size_t)g->w);
+        long gap = iy + 1 < g->h ? wp - g->w : lp - (top + (long)iy * wp + g->w);
+        memset(row + g->w, 0, sizeof(float) * (size_t)gap);
+      }}
+      continue;
+    }}
+    long u = t - (long)images * c;
+    int n = (int)(u / cop), o = (int)(u % cop);
+    float* d = dyp + ((long)o * images + n) * tp;
+    if (o >= co) {{
+      memset(d, 0, sizeof(float) * (size_t)tp);
+      continue;
+    }}
+    const float* src = dy + ((long)n * co + o) * yplane;
+    for (int oy = 0; oy < oh; oy++) {{
+      memcpy(d + (long)oy * wp, src + (long)oy * g->ow, sizeof(float) * (size_t)g->ow);
+      memset(d + (long)oy * wp + g->ow, 0, sizeof(float) * (size_t)(wp - g->ow));
+    }}
+    memset(d + t1, 0, sizeof(float) * (size_t)(tp - t1));
+  }}
+  plait_team_barrier(); /* both operands are padded before any task reads them */
+#pragma omp for schedule(dynamic, 1)
+  for (long t = 0; t < base * parts; t++) {{
+    int s = (int)(t % parts), rc = (int)(t / parts / cch), cc = (int)(t / parts % cch);
+    int r0 = rc * {ROWS}, r1 = r0 + {ROWS} < nrow ? r0 + {ROWS} : nrow;
+    int c0 = cc * {COLS}, c1 = c0 + {COLS} < co ? c0 + {COLS} : co;
+    int rows = (r1 - r0 + {NC - 1}) / {NC} * {NC}, cols = (c1 - c0 + {MR - 1}) / {MR} * {MR};
+    int kb0 = (int)((long)s * nkb / parts), kb1 = (int)((long)(s + 1) * nkb / parts);
+    plait_v16* part = (plait_v16*)plait_scratch((size_t)rows * cols * 16);
+    for (int kb = kb0; kb < kb1; kb++) {{
+      int img = ipb > 1 ? kb * ipb : kb / per, nimg = 1;
+      long pos0 = ipb > 1 ? 0 : kb % per * bs, kc = tp - pos0 < bs ? tp - pos0 : bs;
+      if (ipb > 1) nimg = images - img < ipb ? images - img : ipb;
+      const float* ta = dyp + ((long)c0 * images + img) * tp + pos0;
+      for (int rt = 0; rt < rows / {NC}; rt++) {{
+        const float* b[{NC}];
+        for (int j = 0; j < {NC}; j++) {{ /* rows past nrow repeat the last one; their sums are not stored */
+          int r = r0 + rt * {NC} + j < nrow ? r0 + rt * {NC} + j : nrow - 1;
+          int ci = r / kk, ky = r % kk / g->kw, kx = r % g->kw;
+          b[j] = xp + ((long)ci * images + img) * lp + pos0 + (long)ky * g->dh * wp + kx * g->dw;
+        }}
+        for (int ct = 0; ct < cols / {MR}; ct++)
+          plait_wgrad_s1_micro(nimg, (int)kc, ta + (long)ct * {MR} * images * tp, images * tp, tp, b, lp,
+                               part + ((long)rt * (cols / {MR}) + ct) * {MR * NC}, kb == kb0);
+      }}
+    }}
+    plait_wgrad_store(part, rows, cols, r0, r1, c0, c1, nrow, parts > 1 ? red + (long)s * co * nrow : dw);
+  }}
+  if (parts > 1) plait_wgrad_sum_parts(red, parts, (long)co * nrow, dw);
 }}
 //@shared-end
 """
@@ -215,14 +354,21 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
 
 def library() -> str:
     """The shared C code of the weight-gradient product (after the GEMM library's common declarations)."""
-    return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(_source())
+    return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(_source()) + gemm_c.at_o2(_shift_source())
+
+
+def shifted(win: Any) -> bool:
+    """Whether `win` takes the stride-1 form (plait_wgrad_s1: operands padded once, read in place at shifted
+    offsets) rather than the patch-row gather of plait_wgrad."""
+    return bool(win.sh == win.sw == 1)
 
 
 def call(win: Any, co: int) -> str:
     """The statements of a kernel body computing b0 = the weight gradient from b1 = dy and b2 = x over `win`."""
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     rows, npos = win.c * win.kh * win.kw, win.oh * win.ow
-    return (
-        f"  static const plait_win win = {{{geo}}};\n"
-        f"  plait_wgrad(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {rows}, {npos});\n"
-    )
+    if shifted(win):
+        run = f"plait_wgrad_s1(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {win.oh}, {rows});"
+    else:
+        run = f"plait_wgrad(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {rows}, {npos});"
+    return f"  static const plait_win win = {{{geo}}};\n  {run}\n"

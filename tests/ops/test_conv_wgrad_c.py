@@ -27,6 +27,11 @@ CASES = [  # n, c, h, w, co, (kh, kw), (sh, sw), (ph, pw), (dh, dw)
     (2, 3, 28, 28, 12, (3, 3), (1, 1), (1, 1), (1, 1)),  # 784 positions: blocks of 400 and 384 per image
     (3, 4, 32, 32, 8, (3, 3), (2, 2), (1, 1), (1, 1)),  # 16x16 out: one block per image, parts over images
     (1, 12, 8, 8, 132, (3, 3), (1, 1), (1, 1), (1, 1)),  # 132 channels: a second channel chunk of 4
+    # stride 1: x and dy padded once, read in place at shifted offsets (plait_wgrad_s1)
+    (2, 5, 13, 12, 9, (3, 5), (1, 1), (2, 0), (1, 2)),  # rectangular, dilated, padded on one axis only
+    (11, 3, 7, 7, 6, (3, 3), (1, 1), (1, 1), (1, 1)),  # 7x7 planes: 8 images per block, a block of 3
+    (3, 7, 30, 30, 5, (3, 3), (1, 1), (1, 1), (1, 1)),  # 30x32 padded positions: three blocks per image
+    (2, 4, 6, 9, 3, (2, 2), (1, 1), (0, 1), (1, 1)),  # an even window, no row padding, 3 channels
 ]
 
 
@@ -72,10 +77,13 @@ def test_training_convolution_matches_torch(case, monkeypatch):
 
 
 def test_chosen_only_for_large_planes():
-    """resnet18's 56x56 layers at batch 16 take the kernel; its 7x7 layers (and small batches) keep the folded GEMM."""
+    """resnet18's 56x56 and 14x14 layers at batch 16 take the kernel, stride-1 ones at any batch; its 7x7 layers and
+    strided layers at small batches keep the folded GEMM."""
     assert conv_wgrad_c.wins(Window(16, 64, 56, 56, 3, 3, 1, 1, 1, 1))
+    assert conv_wgrad_c.wins(Window(16, 256, 14, 14, 3, 3, 1, 1, 1, 1))
+    assert conv_wgrad_c.wins(Window(2, 64, 28, 28, 3, 3, 1, 1, 1, 1))
     assert not conv_wgrad_c.wins(Window(16, 512, 7, 7, 3, 3, 1, 1, 1, 1))
-    assert not conv_wgrad_c.wins(Window(2, 64, 28, 28, 3, 3, 1, 1, 1, 1))
+    assert not conv_wgrad_c.wins(Window(2, 64, 28, 28, 3, 3, 2, 2, 1, 1))
 
 
 def test_bad_input_is_refused():

@@ -28,6 +28,13 @@ from plait.graph.ops.conv import Window
 # (benchmarks/conv_wgrad_direct_cpu.py, with the im2col and dy's copy the folded form needs): 56x56 51 against
 # 69 ms, 28x28 48 against 62, 14x14 69-76 against 64-70, 7x7 96-120 against 67-71.
 MIN_PLANE, MIN_POSITIONS = 784, 8192
+# Stride-1 windows take the kernel's padded form (plait_wgrad_s1, no gather per chunk of patch rows) from this many
+# output positions per image, whatever the batch: the training forward then runs per image too, which it does from
+# the same size on (nn.functional.PER_IMAGE_MIN_POSITIONS). One thread, process CPU time, against the folded form with
+# its im2col: resnet18 b16's 14x14 layer 50 against 54 ms, cifar_cnn b16's 16x16 layers 2.4-4.1 against 3.0-4.8, a
+# 12x12 one 1.1 against 2.2, b2 of the 14x14 layer 11.1 against 11.6; on 7x7 planes (9 padded columns for 7) the
+# folded GEMM stays faster, 51 against 61 ms.
+S1_MIN_PLANE = 128
 
 
 def supports(x: Node, win: Window) -> bool:
@@ -44,8 +51,10 @@ def supports(x: Node, win: Window) -> bool:
 
 
 def wins(win: Window) -> bool:
-    """Whether the kernel is faster than the folded GEMM here: output planes of MIN_PLANE positions or more, and
-    MIN_POSITIONS over the batch."""
+    """Whether the kernel is faster than the folded GEMM here: a stride-1 window with output planes of S1_MIN_PLANE
+    positions or more, else output planes of MIN_PLANE positions or more and MIN_POSITIONS over the batch."""
+    if wgrad_c.shifted(win):
+        return win.oh * win.ow >= S1_MIN_PLANE
     return win.oh * win.ow >= MIN_PLANE and win.n * win.oh * win.ow >= MIN_POSITIONS
 
 
