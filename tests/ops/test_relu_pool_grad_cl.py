@@ -12,8 +12,9 @@ import torch
 import plait
 import plait.nn.functional as F
 from plait.graph import autodiff
+from plait.schedule.plan import Plan
 from tests.conftest import DEVICES
-from tests.helpers import rand
+from tests.helpers import assert_close, rand
 
 CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
 
@@ -84,3 +85,59 @@ def test_no_relu_backward_over_the_input(device: str) -> None:
     assert ("max_pool2d_grad_cl", (2, 3, 11, 11)) in ops
     assert ("where", (2, 3, 11, 11)) not in ops
     assert ("where", (2, 3, 5, 5)) in ops
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_offsets_kernel_writes_the_pooled_output(device: str) -> None:
+    """In a plan holding both, the offsets' kernel writes the pooled output too: no POOLTAKE launch."""
+    zp = plait.tensor(_input((2, 3, 11, 11)), device=device, requires_grad=True)
+    loss = (F.max_pool2d(F.relu(zp), 3, 2) * 2.0).sum()
+    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+    grads = autodiff.gradients(loss.node, seed, [zp.node])
+    plan = Plan([loss.node, *grads.values()])
+    names = [k.name for k in plan.kernels]
+    assert not any(n.startswith("POOLTAKE") for n in names), names
+    assert [k.writes for k in plan.kernels if k.name.startswith("POOLARG")] == [2]
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_compiled_steps_match_torch(device: str) -> None:
+    """Four SGD steps of conv -> ReLU -> overlapping max pool -> linear through plait.compile_step (eager, two
+    traced calls, a replay of the recorded launches), against PyTorch: the loss each step and the weights after."""
+    torch.manual_seed(0)
+    t = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(3, 2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 5),
+    )
+    p = plait.nn.Sequential(
+        plait.nn.Conv2d(3, 4, 3, padding=1),
+        plait.nn.ReLU(),
+        plait.nn.MaxPool2d(3, 2),
+        plait.nn.Flatten(),
+        plait.nn.Linear(64, 5),
+    ).to(device)
+    p.load_state_dict(t.state_dict())
+    opt, topt = plait.optim.SGD(p.parameters(), lr=0.1), torch.optim.SGD(t.parameters(), lr=0.1)
+    loss_fn = plait.nn.CrossEntropyLoss()
+
+    @plait.compile_step(device=device)
+    def step(x: plait.Tensor, y: plait.Tensor) -> plait.Tensor:
+        opt.zero_grad()
+        loss = loss_fn(p(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    x, y = _input((2, 3, 9, 9)), np.array([1, 3])
+    for _ in range(4):
+        got = float(step(x, y).item())
+        topt.zero_grad()
+        want = torch.nn.functional.cross_entropy(t(torch.from_numpy(x)), torch.from_numpy(y))
+        want.backward()
+        topt.step()
+        assert abs(got - want.item()) < 1e-5, (got, want.item())
+    for (name, w), tw in zip(p.state_dict().items(), t.state_dict().values(), strict=True):
+        assert_close(np.asarray(w.numpy()), tw.numpy(), "float32", f"{name} after four steps")

@@ -6,7 +6,8 @@ and about 1.5 ms of resnet18's batch-64 step on an H100 for the stem's 3x3/2 poo
 
 - `max_pool2d_argmax_cl`: per output, the input offset within its plane (iy * W + ix) of the window's first
   maximum in row-major tap order (PyTorch's choice: ties go to the first tap, a NaN wins), as int32;
-- `max_pool2d_take_cl`: the pooled output, the input at that offset;
+- `max_pool2d_take_cl`: the pooled output, the input at that offset (where both run in one plan, the offsets'
+  kernel writes it instead: scheduler `_pool_max_with_offsets`);
 - `max_pool2d_grad_cl`: per input pixel, the sum of the output gradients of the windows that cover it and picked
   it, read through the same tap gather as col2im (`conv.covering_taps`): one work-item per pixel, no atomics.
 
@@ -86,18 +87,24 @@ def _only_opencl(r: Any, out: Node) -> None:
 
 def _argmax_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
     """One work-item per output scanning its window's taps in row-major order; the bounds tests drop the padding
-    and ceil-mode overhang (every window holds at least one input pixel: `max_pool2d_argmax_cl` checks)."""
+    and ceil-mode overhang (every window holds at least one input pixel: `max_pool2d_argmax_cl` checks). With the
+    pooled output ahead of the input in `inputs` (scheduler `_pool_max_with_offsets`) it also writes the maximum
+    there: the value `max_pool2d_take_cl` would read at the offset, bit for bit."""
     _only_opencl(r, out)
     geo: PoolGeometry = out.arg
-    x = inputs[0]
+    x = inputs[-1]
+    take = inputs[0] if len(inputs) == 2 else None
     ct = r.compute_type(x.dtype)
-    params = [r.param(out.dtype, "b0", True), r.param(x.dtype, "b1", False)]
+    # buffers in the item's order: the offsets, then the pooled output where this kernel writes it, then the input
+    xbuf = "b1" if take is None else "b2"
+    params = [r.param(out.dtype, "b0", True), *([r.param(take.dtype, "b1", True)] if take else [])]
+    params.append(r.param(x.dtype, xbuf, False))
     taps = []
     for ky in range(geo.kh):
         taps.append(f"{{ int iy = y0 + {ky * geo.dh}; if (iy >= 0 && iy < {geo.h}) {{")
         for kx in range(geo.kw):
             ix = f"x0 + {kx * geo.dw}"
-            v = r.load(x.dtype, "b1", f"xb + iy * {geo.w} + {ix}")
+            v = r.load(x.dtype, xbuf, f"xb + iy * {geo.w} + {ix}")
             taps.append(
                 f"  if ({ix} >= 0 && {ix} < {geo.w}) {{ {ct} v = {v};"
                 f" if (at < 0 || v > m || (v != v && m == m)) {{ m = v; at = iy * {geo.w} + {ix}; }} }}"
@@ -111,8 +118,12 @@ def _argmax_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         *taps,
         r.store(out.dtype, "b0", "gid", "at"),
     ]
+    if take is not None:
+        body.append(r.store(take.dtype, "b1", "gid", "m"))
     lines, gs, ls = r.parallel_for("gid", out.size, body, r.idx_type(x.size), out.size * geo.kh * geo.kw)
-    return r._finish("POOLARG", out, params, lines, gs, ls)
+    kernel = r._finish("POOLARG", out, params, lines, gs, ls)
+    kernel.writes = 1 if take is None else 2
+    return kernel
 
 
 def _take_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
