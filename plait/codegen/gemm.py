@@ -129,10 +129,15 @@ def direct_conv(spec: GemmSpec) -> bool:
 
 
 def render_c(
-    spec: GemmSpec, knobs: dict[str, int] | None = None, r: Any = None, epi: Epilogue | None = None
+    spec: GemmSpec,
+    knobs: dict[str, int] | None = None,
+    r: Any = None,
+    epi: Epilogue | None = None,
+    lanes: pointwise_c.LanesPlan | None = None,
 ) -> RenderedKernel:
     """A C kernel for `spec`: a call into the shared GEMM library (or the GEMV for a few rows) plus its epilogue.
-    Knobs MR and NR (a multiple of 16) fix the register tile; without them the tile that pads least is used."""
+    Knobs MR and NR (a multiple of 16) fix the register tile; without them the tile that pads least is used. With
+    `lanes`, A is the weight packed at plan build and the product runs across the lanes (pointwise_c.lanes_call)."""
     if spec.a_nchw is not None:
         raise UnsupportedError(f"C GEMM {spec}: an output gradient read in place from NCHW (a_nchw) is OpenCL's form")
     kn = knobs or {}
@@ -190,7 +195,10 @@ def render_c(
         holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(epi.extra))) or '0'}}};\n"
     a_args = f"A + {ao}, {sab}, {spec.a_inner}, {sam}, {sak}"
     b_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}, {sbn}"
-    if spec.conv is not None and m == 1:
+    if lanes is not None:
+        lib = pointwise_c.lanes_library(lanes.mr, lanes.nv)
+        call = pointwise_c.lanes_call(spec, lanes, f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}", epi_fn, extra)
+    elif spec.conv is not None and m == 1:
         lib = gemm_c.depthwise_library()
         call = gemm_c.depthwise_call(
             spec, f"A + {ao}, {sab}, {spec.a_inner}", f"B + {bo}, {sbb}, {spec.b_inner}", epi_fn, extra
@@ -223,7 +231,9 @@ def render_c(
     args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
     src = entry_points("KERNEL_NAME", args, holder + call, f"{lib}/* KERNEL_NAME */\n{epilogue}")
     kind = (
-        "DWCONV"
+        "PWLANES"
+        if lanes is not None
+        else "DWCONV"
         if spec.conv is not None and m == 1
         else "CONV"
         if spec.conv is not None

@@ -11,6 +11,7 @@ epilogue runs on each finished block while it is in cache.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 VW = 16  # floats per vector register (AVX-512)
@@ -198,5 +199,205 @@ def call(spec: Any, mr: int, nv: int, a_args: str, b_args: str, epi_fn: str, ext
     b_args: B, sbb, sbi, sbk)."""
     return (
         f"  plait_pointwise_{mr}x{nv}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args},"
+        f" C, {epi_fn}, {extra});\n"
+    )
+
+
+# --- 1x1 convolutions over narrow planes, output channels across the vector lanes, weights packed at plan build ---
+#
+# On 7x7 and 14x14 planes (mobilenet_v2's late blocks) the GEMM puts pixels across the lanes: 49 or 196 columns fill
+# its panels badly and each row block of weights meets only one to four panels, so the weights stream from L3 in
+# short runs per call. ONNX Runtime keeps its weights packed and the channels in its vectors. Here the weights are
+# packed once, when the plan is built, as panels of 16*NV output channels (k x 16*NV each, a constant the plan keeps),
+# every pixel of the image is broadcast from where it lies, and a tile's sums are written back into the NCHW planes
+# through a small transposing copy.
+
+# One image's product over 128 to 511 pixels (14x14 planes) with at least one vector of output channels and at most
+# LANES_MAX_WEIGHTS weights (mobilenet_v2's 14x14 layers gained 10-30%, resnet50's 256x1024 to 512x1024 ones did not).
+# On 7x7 planes, and at batch 16 (where the GEMM merges the images' columns into one wide product), the GEMM was
+# faster in whole plans (benchmarks/bench_pwlanes_ab.py, docs/benchmarks.md).
+LANES_COLS = (128, 512)
+LANES_MIN_ROWS = 16
+LANES_MAX_WEIGHTS = 1 << 16
+LANES_KC = 256  # input channels per k block
+# (pixels, channel vectors) of the register tile, and its measured cost per padded multiply-add relative to the best
+# (a standalone C test of mobilenet_v2's 7x7 and 14x14 products, one thread, docs/benchmarks.md)
+LANES_TILES = {(8, 3): 1.0, (12, 2): 1.1, (6, 4): 1.05}
+
+
+@dataclass(frozen=True)
+class LanesPlan:
+    """One 1x1 product run across the lanes: m output channels, k input channels, register tile `mr` pixels x `nv`
+    vectors of channels, and the weight view (offset, row stride, column stride) the packing reads."""
+
+    m: int
+    k: int
+    mr: int
+    nv: int
+    w_view: tuple[int, int, int]
+
+    @property
+    def packed_size(self) -> int:
+        """Floats of the packed weights: every panel of 16*nv channels (zero past m) over all k."""
+        nr = self.nv * VW
+        return -(-self.m // nr) * nr * self.k
+
+
+def lanes_fits(spec: Any) -> bool:
+    """Whether `spec` runs across the lanes: one plain product (a 1x1 convolution over one image) whose B rows are
+    contiguous pixels, LANES_COLS pixels, at least LANES_MIN_ROWS output channels and at most LANES_MAX_WEIGHTS
+    weights."""
+    _, _, sbk, sbn = spec.b
+    plain = spec.conv is None and getattr(spec, "conv_t", None) is None and spec.batch == 1
+    cols = LANES_COLS[0] <= spec.n < LANES_COLS[1]
+    rows = LANES_MIN_ROWS <= spec.m and spec.m * spec.k <= LANES_MAX_WEIGHTS
+    return plain and sbn == 1 and sbk >= spec.n and cols and rows
+
+
+def lanes_plan(spec: Any) -> LanesPlan:
+    """The tile with the least padded work (channels to whole panels, pixels to whole tiles) times its cost."""
+
+    def cost(t: tuple[int, int]) -> float:
+        mr, nv = t
+        return -(-spec.m // (nv * VW)) * nv * VW * -(-spec.n // mr) * mr * LANES_TILES[t]
+
+    mr, nv = min(LANES_TILES, key=cost)
+    ao, _, sam, sak = spec.a
+    return LanesPlan(spec.m, spec.k, mr, nv, (ao, sam, sak))
+
+
+def render_pack(p: LanesPlan) -> tuple[str, str]:
+    """(name stem, C body) of the weight packing: U[(panel * k + c) * 16*nv + l] = W[panel * 16*nv + l, c] (zero past
+    m), from the weight view; it runs once, when the plan is built."""
+    nr = p.nv * VW
+    ao, sam, sak = p.w_view
+    body = f"""#pragma omp for schedule(static) nowait
+  for (int r = 0; r < {-(-p.m // nr) * nr}; r++)
+    for (int c = 0; c < {p.k}; c++)
+      U[((long)(r / {nr}) * {p.k} + c) * {nr} + r % {nr}] = r < {p.m} ? W[{ao} + (long)r * {sam} + (long)c * {sak}] : 0.0f;
+"""
+    return f"PWPACK_{p.m}x{p.k}x{nr}", body
+
+
+def _lanes_tile(mr: int, nv: int) -> str:
+    """C[16*nv channels x mr pixels] of one tile (added to C when `add`): wp is the panel (k x 16*nv), x the tile's
+    first pixel of input channel 0 (channels ldx apart); the sums go back through a transposing copy, `rows`
+    channels x `px` pixels."""
+    nr = nv * VW
+    t = f"{mr}x{nv}"
+    return f"""static void plait_pwl_tile_{t}(int k, const float* restrict wp, const float* restrict x, long ldx,
+                                 float* restrict c, long ldc, int rows, int px, int add) {{
+  plait_v16 acc[{mr}][{nv}];
+#pragma GCC unroll {mr}
+  for (int i = 0; i < {mr}; i++)
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_v16){{0}};
+  for (int p = 0; p < k; p++) {{
+    plait_v16 w[{nv}];
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) w[v] = *(const plait_v16*)(wp + p * {nr} + v * {VW});
+    const float* xp = x + p * ldx;
+#pragma GCC unroll {mr}
+    for (int i = 0; i < {mr}; i++) {{
+      float s = xp[i];
+#pragma GCC unroll {nv}
+      for (int v = 0; v < {nv}; v++) acc[i][v] += w[v] * s;
+    }}
+  }}
+  float tmp[{mr}][{nr}] __attribute__((aligned(64)));
+#pragma GCC unroll {mr}
+  for (int i = 0; i < {mr}; i++)
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) *(plait_v16*)(tmp[i] + v * {VW}) = acc[i][v];
+  if (px == {mr} && !add) {{
+    for (int ch = 0; ch < rows; ch++)
+#pragma GCC unroll {mr}
+      for (int i = 0; i < {mr}; i++) c[ch * ldc + i] = tmp[i][ch];
+  }} else if (px == {mr}) {{
+    for (int ch = 0; ch < rows; ch++)
+#pragma GCC unroll {mr}
+      for (int i = 0; i < {mr}; i++) c[ch * ldc + i] += tmp[i][ch];
+  }} else {{
+    for (int ch = 0; ch < rows; ch++)
+      for (int i = 0; i < px; i++) c[ch * ldc + i] = add ? c[ch * ldc + i] + tmp[i][ch] : tmp[i][ch];
+  }}
+}}
+"""
+
+
+def _lanes_driver(mr: int, nv: int) -> str:
+    """Tasks of (batch entry, run of panels, run of pixel tiles) under one dynamic parallel loop: a panel stays in L1
+    while its pixel tiles run, and the task's next panel is prefetched into L2 meanwhile, a share per tile (the
+    weights come from L3 in every replay, and a panel read on demand in short runs arrives at latency-bound rates);
+    the epilogue runs on each finished panel's block."""
+    nr = nv * VW
+    t = f"{mr}x{nv}"
+    return f"""/* Prefetch lines [l0, l1) of a packed panel into L2. */
+static inline void plait_pwl_prefetch(const float* w, long l0, long l1) {{
+  for (long l = l0; l < l1; l++) __builtin_prefetch(w + l * 16, 0, 2);
+}}
+
+/* C[bz] (m x n) = A @ B[bz] with A packed as panels of {nr} channels (plait_pwl_tile_{t}); B's rows (input
+   channels) are sbk apart, contiguous along the n pixels. */
+static void plait_pwlanes_{t}(long batch, long inner, int m, int n, int k, const float* wp, const float* B, long sbb,
+                              long sbi, long sbk, float* C, plait_epi_fn epi, void* const* extra) {{
+  int panels = (m + {nr - 1}) / {nr}, tiles = (n + {mr - 1}) / {mr};
+  long want = 4L * omp_get_num_threads(), lines = (long)k * {nr} / 16;
+  /* k in blocks of up to {LANES_KC}: a block of the panel and of the tile's pixel rows stay in L1 */
+  int nkc = (k + {LANES_KC - 1}) / {LANES_KC}, kcm = (k + nkc - 1) / nkc;
+  long chunks = batch >= want ? 1 : (want + batch - 1) / batch;
+  if (chunks > panels) chunks = panels;
+  long per = batch * chunks >= want ? 1 : (want + batch * chunks - 1) / (batch * chunks);
+  if (per > tiles) per = tiles;
+#pragma omp for schedule(dynamic, 1) nowait
+  for (long task = 0; task < batch * chunks * per; task++) {{
+    long bz = task / (chunks * per), ck = task / per % chunks;
+    int pa = (int)(panels * ck / chunks), pb = (int)(panels * (ck + 1) / chunks);
+    int t0 = (int)(tiles * (task % per) / per), t1 = (int)(tiles * (task % per + 1) / per);
+    int j0 = t0 * {mr}, j1 = t1 * {mr} < n ? t1 * {mr} : n;
+    const float* b = B + bz / inner * sbb + bz % inner * sbi;
+    float* c = C + bz * (long)m * n;
+    plait_pwl_prefetch(wp + (long)pa * k * {nr}, 0, lines);
+    for (int pn = pa; pn < pb; pn++) {{
+      const float* w = wp + (long)pn * k * {nr};
+      int rows = m - pn * {nr} < {nr} ? m - pn * {nr} : {nr};
+      long share = (lines + (long)nkc * (t1 - t0) - 1) / ((long)nkc * (t1 - t0)), l0 = 0;
+      for (int pc = 0; pc < k; pc += kcm) {{
+        int kc = k - pc < kcm ? k - pc : kcm;
+        for (int j = j0; j < j1; j += {mr}, l0 += share) {{
+          if (pn + 1 < pb && l0 < lines) plait_pwl_prefetch(w + (long)k * {nr}, l0, l0 + share < lines ? l0 + share : lines);
+          int px = j1 - j < {mr} ? j1 - j : {mr};
+          float* cj = c + (long)pn * {nr} * n + j;
+          const float* xj = b + (long)pc * sbk + j;
+          if (px == {mr}) {{
+            plait_pwl_tile_{t}(kc, w + (long)pc * {nr}, xj, sbk, cj, n, rows, px, pc > 0);
+          }} else {{ /* a partial tile (whose whole-tile reads could pass the image): its pixels, zero-padded */
+            float* xt = plait_scratch((size_t)kc * {mr});
+            for (int p = 0; p < kc; p++)
+              for (int i = 0; i < {mr}; i++) xt[p * {mr} + i] = i < px ? xj[(long)p * sbk + i] : 0.0f;
+            plait_pwl_tile_{t}(kc, w + (long)pc * {nr}, xt, {mr}, cj, n, rows, px, pc > 0);
+          }}
+        }}
+      }}
+      if (epi) epi(c, bz, pn * {nr}, j0, rows, j1 - j0, extra);
+    }}
+  }}
+}}
+"""
+
+
+def lanes_library(mr: int, nv: int) -> str:
+    """The shared C code of the across-the-lanes 1x1 product with one register tile (after gemm_c.COMMON)."""
+    from plait.codegen import gemm_c
+
+    body = f"//@shared-begin plait_pwlanes_{mr}x{nv}\n{_lanes_tile(mr, nv)}{_lanes_driver(mr, nv)}//@shared-end\n"
+    return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(body)
+
+
+def lanes_call(spec: Any, p: LanesPlan, b_args: str, epi_fn: str, extra: str) -> str:
+    """The statements of a kernel body that run `spec` across the lanes, A being the packed weights (b_args: B, sbb,
+    sbi, sbk)."""
+    return (
+        f"  plait_pwlanes_{p.mr}x{p.nv}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, A, {b_args},"
         f" C, {epi_fn}, {extra});\n"
     )

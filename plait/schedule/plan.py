@@ -45,6 +45,14 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
             epi = gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
         render_fn = gemm.render_c if r.dialect == "c" else gemm.render_opencl
         return render_fn(item.gemm, knobs, r, epi)
+    if item.kind == "pointwise":  # a 1x1 convolution across the vector lanes, its weights packed at plan build
+        assert item.gemm is not None
+        epi = (
+            gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
+            if "extra" in item.extra
+            else None
+        )
+        return gemm.render_c(item.gemm, None, r, epi, lanes=item.extra["lanes"])
     if item.kind == "winograd":
         epi = (
             gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))

@@ -57,7 +57,7 @@ def item_work(item: Item) -> tuple[int, int, list[str]]:
     """(FLOPs, bytes moved, fused op names) of one kernel item, counted as the module docstring says."""
     inputs = {x.uid: x for x in item.inputs}
     moved = _nbytes(item.out) + sum(_nbytes(x) for x in inputs.values())
-    if item.kind == "gemm":
+    if item.kind in ("gemm", "pointwise"):
         assert item.gemm is not None
         epi = item.extra.get("epilogue")
         ops = _expr_ops(item.out, set(inputs) | {epi.uid}) if epi is not None else []

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from plait import dtypes
-from plait.codegen import winograd_c, winograd_cl
+from plait.codegen import pointwise_c, winograd_c, winograd_cl
 from plait.codegen.cstyle import MAX_STACK_MEMBERS
 from plait.codegen.expr import strides_of
 from plait.codegen.gemm import GemmSpec
@@ -17,6 +17,7 @@ from plait.graph.ops import OPS, kind
 from plait.graph.ops.conv import Window
 from plait.graph.ops.matmul import matmul
 from plait.graph.ops.movement import permute, reshape
+from plait.graph.ops.pointwise_weight import pointwise_weight
 from plait.graph.ops.reduce import reduce
 from plait.graph.ops.winograd import winograd_weight
 from plait.graph.ops.winograd_cl import winograd_cl_input, winograd_cl_weight
@@ -708,7 +709,31 @@ def schedule(
         items = _merge_final_writes(items, {n.uid for n in outputs})
     items = _winograd_cl(items, constants_once) if winograd_cl else items
     items = _pool_max_with_offsets(items)
+    if winograd and constants_once:  # the C device, where a plan's constant work runs once
+        items = _pointwise_lanes(items)
     return _winograd(items, constants_once) if winograd else items
+
+
+def _pointwise_lanes(items: list[Item]) -> list[Item]:
+    """Run each 1x1 convolution over a narrow plane whose weight is a buffer of its own (a model parameter, an ONNX
+    initializer) with the output channels across the vector lanes (plait/codegen/pointwise_c.py): its weights are
+    packed by an item marked `constant`, which runs once when the plan is built, and the product becomes a
+    `pointwise` item that reads the packed panels (with the GEMM's fused epilogue). A weight computed per replay
+    keeps the GEMM, which reads it where it lies."""
+    out: list[Item] = []
+    for it in items:
+        weight = it.inputs[0] if it.inputs else None
+        if it.kind != "gemm" or it.gemm is None or weight is None or weight.buffer is None:
+            out.append(it)
+            continue
+        if not pointwise_c.lanes_fits(it.gemm):
+            out.append(it)
+            continue
+        plan = pointwise_c.lanes_plan(it.gemm)
+        packed = pointwise_weight(weight, plan)
+        out.append(Item(packed, [weight], "custom", extra={"constant": True}))
+        out.append(Item(it.out, [packed, *it.inputs[1:]], "pointwise", gemm=it.gemm, extra={**it.extra, "lanes": plan}))
+    return out
 
 
 def _pool_max_with_offsets(items: list[Item]) -> list[Item]:

@@ -47,6 +47,7 @@ def _load_families() -> None:
         elementwise,
         matmul,
         movement,
+        pointwise_weight,
         reduce,
         winograd,
         winograd_cl,
