@@ -133,6 +133,11 @@ def pick(spec: Any) -> WinogradCLPlan | None:
 WGRAD_TILE_TARGET = 1056  # 64x64 tiles a weight gradient's 16 products aim for in K chunks (8 per SM of an H100)
 WGRAD_MIN_CHUNK = 1024  # shortest K chunk (tile columns) of those products
 WGRAD_CHUNK_UNIT = 32  # chunks hold whole BK 32 steps, so no K edge is checked
+# 'auto': a weight gradient runs Winograd with at least MIN_CHANNELS output channels and WGRAD_MIN_IN input ones.
+# H100, batch 64, direct / Winograd (benchmarks/bench_wgrad_winograd_cl.py): 1.21-1.73x for every layer of 128+
+# channels in and out (7x7 to 112x112), 1.15-1.17x for vgg16's 64 -> 128 at 112x112, 0.82x and 0.97-0.99x for
+# 64 -> 64 at 56x56 and 224x224 (the transforms of x and dy cost as much as the products they save)
+WGRAD_MIN_IN = 64
 
 
 def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
@@ -143,14 +148,16 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     output gradient's 2x2 tile the 4x4 transform A dy A^T (`render_dy`), the 16 products (K x C, the reduction
     over the tiles) run on the GEMM in `parts` K chunks, and `render_wgrad` sums the chunks and applies G^T . G.
     That is 16 multiplies per channel pair and 2x2 outputs where the direct product does 36. PLAIT_WINOGRAD_CL
-    decides as for the forward: 'auto' with MIN_CHANNELS channels in and out and MIN_TILES tiles."""
+    decides as for the forward: 'auto' with MIN_CHANNELS output and WGRAD_MIN_IN input channels and MIN_TILES
+    tiles, 'off' never, '2' always."""
     if (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) != (3, 3, 1, 1, 1, 1) or win.ph > 2 or win.pw > 2:
         return None
     mode = _mode(win, k)
     base = WinogradCLPlan(
         win.n, win.c, k, win.h, win.w, win.oh, win.ow, win.ph, win.pw, (0, win.c * win.h * win.w), (0, 0, 1)
     )
-    if mode == "off" or (mode == "auto" and (min(win.c, k) < MIN_CHANNELS or base.tiles < MIN_TILES)):
+    narrow = k < MIN_CHANNELS or win.c < WGRAD_MIN_IN
+    if mode == "off" or (mode == "auto" and (narrow or base.tiles < MIN_TILES)):
         return None
     tiles64 = -(-k // 64) * -(-win.c // 64)
     unit, parts = WGRAD_CHUNK_UNIT, 1

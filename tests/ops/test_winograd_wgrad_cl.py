@@ -85,10 +85,13 @@ def test_winograd_weight_gradient_in_k_chunks(device: str, monkeypatch: pytest.M
 
 
 def test_auto_picks_wide_layers_in_chunks_of_whole_k_steps() -> None:
-    """'auto' keeps 64-channel layers on the direct product and splits the others' tile columns into chunks of
-    at least WGRAD_MIN_CHUNK (whole 32-column steps) that make WGRAD_TILE_TARGET 64x64 tiles."""
+    """'auto' keeps layers with 64 output channels (or under 64 input ones) on the direct product and splits the
+    others' tile columns into chunks of at least WGRAD_MIN_CHUNK (whole 32-column steps) that make
+    WGRAD_TILE_TARGET 64x64 tiles."""
     with settings.override(PLAIT_WINOGRAD_CL="auto"):
         assert winograd_cl.wgrad_plan(Window(64, 64, 56, 56, 3, 3, 1, 1, 1, 1), 64) is None
+        assert winograd_cl.wgrad_plan(Window(64, 32, 112, 112, 3, 3, 1, 1, 1, 1), 128) is None
+        assert winograd_cl.wgrad_plan(Window(64, 64, 112, 112, 3, 3, 1, 1, 1, 1), 128) is not None  # vgg16 conv2_1
         assert winograd_cl.wgrad_plan(Window(64, 256, 28, 28, 3, 3, 2, 2, 1, 1), 256) is None  # stride 2
         assert winograd_cl.wgrad_plan(Window(1, 256, 28, 28, 3, 3, 1, 1, 1, 1), 256) is None  # 196 tiles
         p = winograd_cl.wgrad_plan(Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1), 256)
