@@ -16,6 +16,11 @@ product it saves outweighs that traffic, which grows as 1/C against the product'
 products) the 64-channel layers of resnet and vgg16 ran 0.82-0.90x the implicit GEMM's speed and every layer with
 at least 128 channels in and out 1.16-2.00x, so `pick` keeps Winograd to those (docs/benchmarks.md, "NVIDIA GPU:
 Winograd F(2,3) through OpenCL").
+
+A training convolution's weight gradient runs the same algorithm backwards (`wgrad_plan`, `render_dy`,
+`render_wgrad`): dW = G^T [sum over tiles of (A dy A^T) . V] G, the 16 products over the tiles on the same GEMM in K
+chunks. Its V is the forward's input transform, which the forward then takes instead of making its own
+(scheduler `_winograd_cl`).
 """
 
 from __future__ import annotations
