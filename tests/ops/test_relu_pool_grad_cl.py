@@ -141,3 +141,29 @@ def test_compiled_steps_match_torch(device: str) -> None:
         assert abs(got - want.item()) < 1e-5, (got, want.item())
     for (name, w), tw in zip(p.state_dict().items(), t.state_dict().values(), strict=True):
         assert_close(np.asarray(w.numpy()), tw.numpy(), "float32", f"{name} after four steps")
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_conv_relu_computed_inside_the_pool(device: str) -> None:
+    """A convolution's bias and ReLU read only by the pool are not made: the offsets' kernel computes them at each
+    tap from the product (scheduler `_pool_inputs_inline`). Pooled output, input and weight gradients against
+    PyTorch."""
+    x, w, b = rand((2, 3, 9, 9), seed=3), rand((4, 3, 3, 3), seed=4), rand((4,), seed=5)
+    up = rand((2, 4, 4, 4), seed=6)
+    xp, wp, bp = (plait.tensor(a, device=device, requires_grad=True) for a in (x, w, b))
+    out = F.max_pool2d(F.relu(F.conv2d(xp, wp, bp, padding=1)), 3, 2)
+    loss = (out * plait.tensor(up, device=device)).sum()
+    seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+    grads = autodiff.gradients(loss.node, seed, [xp.node, wp.node, bp.node])
+    items = Plan([loss.node, *grads.values()]).items
+    assert not [it for it in items if it.out.op == "relu"]
+    pool = [it for it in items if it.out.op == "max_pool2d_argmax_cl"]
+    assert len(pool) == 1 and not [n for n in pool[0].inputs if n.op == "relu"]
+    loss.backward()
+    xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    ref = torch.nn.functional.max_pool2d(torch.relu(torch.nn.functional.conv2d(xt, wt, bt, padding=1)), 3, 2)
+    (ref * torch.tensor(up)).sum().backward()
+    assert_close(out.numpy(), ref.detach().numpy(), "float32", "pooled output")
+    for got, want, what in ((xp, xt, "input"), (wp, wt, "weight"), (bp, bt, "bias")):
+        assert got.grad is not None and want.grad is not None
+        assert_close(got.grad.numpy(), want.grad.numpy(), "float32", f"{what} gradient")

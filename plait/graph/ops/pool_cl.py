@@ -21,6 +21,7 @@ from typing import Any
 
 from plait import dtypes
 from plait.codegen.cstyle import RenderedKernel
+from plait.codegen.expr import ExprBuilder, Idx
 from plait.errors import ShapeError, UnsupportedError
 from plait.graph.node import Node
 from plait.graph.ops import OpDef, register
@@ -92,26 +93,37 @@ def _argmax_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
     there: the value `max_pool2d_take_cl` would read at the offset, bit for bit."""
     _only_opencl(r, out)
     geo: PoolGeometry = out.arg
-    x = inputs[-1]
-    take = inputs[0] if len(inputs) == 2 else None
+    x = out.srcs[0]
+    take = inputs[0] if inputs[0].op == "max_pool2d_take_cl" and inputs[0].srcs[1] is out else None
+    rest = inputs[1:] if take is not None else inputs
     ct = r.compute_type(x.dtype)
     # buffers in the item's order: the offsets, then the pooled output where this kernel writes it, then the input
-    xbuf = "b1" if take is None else "b2"
+    # (or, where the scheduler left it unmade, the buffers its expression reads: `_pool_inputs_inline`)
+    first = 1 if take is None else 2
+    names = {n.uid: f"b{i}" for i, n in enumerate(rest, first)}
     params = [r.param(out.dtype, "b0", True), *([r.param(take.dtype, "b1", True)] if take else [])]
-    params.append(r.param(x.dtype, xbuf, False))
+    params += [r.param(n.dtype, names[n.uid], False) for n in rest]
+    idx_t = r.idx_type(x.size, *(n.size for n in rest))
     taps = []
     for ky in range(geo.kh):
         taps.append(f"{{ int iy = y0 + {ky * geo.dh}; if (iy >= 0 && iy < {geo.h}) {{")
         for kx in range(geo.kw):
             ix = f"x0 + {kx * geo.dw}"
-            v = r.load(x.dtype, xbuf, f"xb + iy * {geo.w} + {ix}")
+            if x.uid in names:
+                pre, v = "", r.load(x.dtype, names[x.uid], f"xb + iy * {geo.w} + {ix}")
+            else:
+                b = ExprBuilder(r, names, idx_t)
+                v = b.value(x, Idx(x.shape, coords=["n_", "c_", "iy", f"({ix})"]))
+                pre = " ".join(b.lines) + " "
             taps.append(
-                f"  if ({ix} >= 0 && {ix} < {geo.w}) {{ {ct} v = {v};"
+                f"  if ({ix} >= 0 && {ix} < {geo.w}) {{ {pre}{ct} v = {v};"
                 f" if (at < 0 || v > m || (v != v && m == m)) {{ m = v; at = iy * {geo.w} + {ix}; }} }}"
             )
         taps.append("} }")
+    coords = [] if x.uid in names else [f"long n_ = nc / {geo.c}, c_ = nc % {geo.c};"]
     body = [
         f"int ox = gid % {geo.ow}, oy = (gid / {geo.ow}) % {geo.oh}; long nc = gid / {geo.oh * geo.ow};",
+        *coords,
         f"long xb = nc * {geo.h * geo.w};",
         f"int y0 = oy * {geo.sh} - {geo.ph}, x0 = ox * {geo.sw} - {geo.pw};",
         f"int at = -1; {ct} m = 0;",
