@@ -164,13 +164,23 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     narrow = k < MIN_CHANNELS or win.c < WGRAD_MIN_IN
     if mode == "off" or (mode == "auto" and (narrow or base.tiles < MIN_TILES)):
         return None
-    tiles64 = -(-k // 64) * -(-win.c // 64)
-    unit, parts = WGRAD_CHUNK_UNIT, 1
-    while ALPHA * ALPHA * parts * tiles64 < WGRAD_TILE_TARGET and -(-base.tiles // ((parts + 1) * unit)) * unit >= (
-        WGRAD_MIN_CHUNK
-    ):
+    parts = _wgrad_parts(base.tiles, ALPHA * ALPHA * -(-k // 64) * -(-win.c // 64))
+    return replace(base, pad=WGRAD_CHUNK_UNIT * parts, parts=parts)
+
+
+def _wgrad_parts(tiles: int, tiles64: int) -> int:
+    """The fewest K chunks (of whole WGRAD_CHUNK_UNIT steps, each at least WGRAD_MIN_CHUNK long) over `tiles` tile
+    columns that make WGRAD_TILE_TARGET 64x64 tiles from `tiles64` per chunk, else the most such chunks (at least
+    one)."""
+    parts = 1
+    while parts * tiles64 < WGRAD_TILE_TARGET and _chunk(tiles, parts + 1) >= WGRAD_MIN_CHUNK:
         parts += 1
-    return replace(base, pad=unit * parts, parts=parts)
+    return parts
+
+
+def _chunk(tiles: int, parts: int) -> int:
+    """The length of each of `parts` K chunks over `tiles` columns, rounded up to whole WGRAD_CHUNK_UNIT steps."""
+    return -(-tiles // (parts * WGRAD_CHUNK_UNIT)) * WGRAD_CHUNK_UNIT
 
 
 def _folded(spec: Any) -> bool:
@@ -303,6 +313,7 @@ def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> Rende
 
 
 def _transposed(mat: winograd_c._Mat) -> winograd_c._Mat:
+    """mat^T: the backward transforms are the forward's transposed (A for dy's tiles, G^T for the taps)."""
     return tuple(zip(*mat, strict=True))
 
 
