@@ -416,8 +416,9 @@ def _conv_vjp(
     pointwise = (kh, kw, win.sh, win.sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)
     pointwise = pointwise and folded and g == 1 and x.node.device.startswith("opencl") and _views_of(cols.node, x.node)
     transposed = transposed or pointwise
-    # OpenCL: a 3x3 stride-1 weight gradient by Winograd F(2,3) where `wgrad_plan` picks it (wide layers)
+    # OpenCL: a float32 3x3 stride-1 weight gradient by Winograd F(2,3) where `wgrad_plan` picks it (wide layers)
     on_cl = folded and g == 1 and x.node.device.startswith("opencl") and weight.requires_grad
+    on_cl = on_cl and x.node.dtype == dtypes.float32
     wino_w = wgrad_plan(win, co) if on_cl else None
     # the rule keeps nodes, not Tensors: a live Tensor marks its value as one the caller can read, which a plan
     # then may not reuse (plait/schedule/plan.py, `held`); the patch columns are only the weight gradient's
