@@ -212,17 +212,17 @@ def call(spec: Any, mr: int, nv: int, a_args: str, b_args: str, epi_fn: str, ext
 # every pixel of the image is broadcast from where it lies, and a tile's sums are written back into the NCHW planes
 # through a small transposing copy.
 
-# One image's product over 128 to 511 pixels (14x14 planes) with at least one vector of output channels and at most
-# LANES_MAX_WEIGHTS weights (mobilenet_v2's 14x14 layers gained 10-30%, resnet50's 256x1024 to 512x1024 ones did not).
-# On 7x7 planes, and at batch 16 (where the GEMM merges the images' columns into one wide product), the GEMM was
-# faster in whole plans (benchmarks/bench_pwlanes_ab.py, docs/benchmarks.md).
-LANES_COLS = (128, 512)
+# One image's product over 32 to 511 pixels (7x7 to 14x14 planes) with at least one vector of output channels over at
+# most LANES_MAX_K input channels: mobilenet_v2's such layers ran 10-30% faster in whole plans; its 7x7 products over
+# 960 input channels 15-25% slower. At batch 16 (where the GEMM merges the images' columns into one wide product) the
+# GEMM was faster (benchmarks/bench_pwlanes_ab.py, docs/benchmarks.md).
+LANES_COLS = (32, 512)
 LANES_MIN_ROWS = 16
-LANES_MAX_WEIGHTS = 1 << 16
+LANES_MAX_K = 576
 LANES_KC = 256  # input channels per k block
 # (pixels, channel vectors) of the register tile, and its measured cost per padded multiply-add relative to the best
 # (a standalone C test of mobilenet_v2's 7x7 and 14x14 products, one thread, docs/benchmarks.md)
-LANES_TILES = {(8, 3): 1.0, (12, 2): 1.1, (6, 4): 1.05}
+LANES_TILES = {(7, 3): 1.0, (8, 3): 1.0, (7, 4): 1.02, (6, 4): 1.05, (12, 2): 1.1}
 
 
 @dataclass(frozen=True)
@@ -245,12 +245,12 @@ class LanesPlan:
 
 def lanes_fits(spec: Any) -> bool:
     """Whether `spec` runs across the lanes: one plain product (a 1x1 convolution over one image) whose B rows are
-    contiguous pixels, LANES_COLS pixels, at least LANES_MIN_ROWS output channels and at most LANES_MAX_WEIGHTS
-    weights."""
+    contiguous pixels, LANES_COLS pixels, at least LANES_MIN_ROWS output channels, at most LANES_MAX_K input
+    channels."""
     _, _, sbk, sbn = spec.b
     plain = spec.conv is None and getattr(spec, "conv_t", None) is None and spec.batch == 1
     cols = LANES_COLS[0] <= spec.n < LANES_COLS[1]
-    rows = LANES_MIN_ROWS <= spec.m and spec.m * spec.k <= LANES_MAX_WEIGHTS
+    rows = LANES_MIN_ROWS <= spec.m and spec.k <= LANES_MAX_K
     return plain and sbn == 1 and sbk >= spec.n and cols and rows
 
 

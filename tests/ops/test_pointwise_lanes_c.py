@@ -1,8 +1,8 @@
 """The `cpu` device's 1x1 convolutions across the vector lanes (PWLANES, plait/codegen/pointwise_c.py): one image's
-product over a 14x14-sized plane with constant weights, packed once when the plan is built. Against PyTorch: partial
-panels of channels and partial pixel tiles, k in several blocks, each register tile, a fused batch-norm-style
-epilogue with ReLU6 and a residual add; and the rule that keeps the GEMM (weights passed per call, batch 2, 7x7
-planes, large weights)."""
+product over a 7x7 to 14x14-sized plane with constant weights, packed once when the plan is built. Against PyTorch:
+partial panels of channels and partial pixel tiles, k in two blocks, each register tile, a fused batch-norm-style
+epilogue with ReLU6 and a residual add; and the rule that keeps the GEMM (weights passed per call, batch 2, more
+than LANES_MAX_K input channels)."""
 
 import numpy as np
 import pytest
@@ -14,9 +14,10 @@ from plait.codegen import pointwise_c
 from tests.helpers import assert_close, rand
 
 CASES = [  # input channels, output channels, plane side
-    (64, 96, 14),  # mobilenet_v2's 14x14 expand: two panels of 48, 196 pixels (24 tiles of 8 and one of 4)
+    (64, 96, 14),  # mobilenet_v2's 14x14 expand: two panels of 48, 196 pixels (28 tiles of 7)
+    (160, 960, 7),  # mobilenet_v2's 7x7 expand: 20 panels, 49 pixels
     (17, 33, 12),  # a partial panel of 33 channels, odd k
-    (600, 40, 13),  # k in three blocks of 200, 169 pixels (a one-pixel tile)
+    (512, 40, 13),  # k in two blocks of 256, 169 pixels (a partial tile)
     (96, 16, 16),  # one vector of channels, 256 pixels
     (24, 100, 20),  # 400 pixels
 ]
@@ -52,9 +53,9 @@ def test_each_tile(tile: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> No
     assert_close(f(x), ref.numpy(), "float32", f"tile {tile}", tol_scale=10)
 
 
-@pytest.mark.parametrize(("n", "ci", "co", "hw"), [(2, 64, 96, 14), (1, 160, 960, 7), (1, 256, 1024, 14)])
+@pytest.mark.parametrize(("n", "ci", "co", "hw"), [(2, 64, 96, 14), (1, 960, 160, 7), (1, 1024, 256, 14)])
 def test_gemm_keeps_other_products(n: int, ci: int, co: int, hw: int) -> None:
-    """Batches above one, 7x7 planes and weights over LANES_MAX_WEIGHTS stay with the GEMM."""
+    """Batches above one and products over more than LANES_MAX_K input channels stay with the GEMM."""
     x, w = rand((n, ci, hw, hw)), rand((co, ci, 1, 1), seed=1)
     wt = plait.tensor(w, device="cpu")
     assert _kinds(plait.jit(lambda t: F.conv2d(t, wt), "cpu"), x) == ["GEMM"]
