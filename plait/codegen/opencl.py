@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from plait import dtypes
-from plait.codegen.cstyle import CStyleRenderer
+from plait.codegen.cstyle import CStyleRenderer, RenderedKernel
+from plait.codegen.expr import ExprBuilder, Idx
 from plait.dtypes import DType
+from plait.graph.node import Node
 
 
 class OpenCLRenderer(CStyleRenderer):
@@ -36,6 +38,35 @@ class OpenCLRenderer(CStyleRenderer):
         if dt == dtypes.float16:
             return f"vstore_half({val}, {off}, {buf});"
         return super().store(dt, buf, off, val)
+
+    def render_elementwise_group(self, out: Node, writes: list[Node], inputs: list[Node]) -> RenderedKernel:
+        """Merged elementwise outputs (scheduler._merge_final_writes); members of different sizes run one work-item
+        per value of their concatenation, each range computing its own member at its own index."""
+        members = [out, *writes]
+        if len({m.size for m in members}) == 1:
+            return super().render_elementwise_group(out, writes, inputs)
+        params, names = self._params(out, inputs)
+        for i, w in enumerate(writes, 1):
+            params[i] = self.param(w.dtype, f"b{i}", True)
+        total = sum(m.size for m in members)
+        idx_t = self.idx_type(total, *(n.size for n in inputs))
+        reads = {k: v for k, v in names.items() if k not in {w.uid for w in writes}}
+        lines, lo = [], 0
+        for name, node in [("b0", out), *((names[w.uid], w) for w in writes)]:
+            b = ExprBuilder(self, reads, idx_t)
+            v = b.value(node, Idx(node.shape, linear="j"))
+            lines.append(f"{'else ' if lo else ''}if (gid < {lo + node.size}) {{")
+            lines += [
+                f"  {idx_t} j = gid - {lo};",
+                *(f"  {ln}" for ln in b.lines),
+                "  " + self.store(node.dtype, name, "j", v),
+            ]
+            lines.append("}")
+            lo += node.size
+        body, gs, ls = self.parallel_for("gid", total, lines, idx_t, total)
+        k = self._finish("E", out, params, body, gs, ls)
+        k.writes = len(members)
+        return k
 
     def param(self, dt: DType, name: str, is_output: bool) -> str:
         const = "" if is_output else "const "

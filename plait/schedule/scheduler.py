@@ -780,15 +780,18 @@ def _pool_max_with_offsets(items: list[Item]) -> list[Item]:
 
 MERGE_WRITES_MAX = 16  # outputs one merged kernel writes at most
 MERGE_BUFFERS_MAX = 64  # buffer arguments of a merged kernel at most (OpenCL guarantees 1024 bytes of them)
+MERGE_RANGES_MAX = 1 << 22  # outputs this small merge whatever their sizes (one kernel over their concatenation)
 
 
 def _merge_final_writes(items: list[Item], outputs: set[int]) -> list[Item]:
     """On devices where a launch costs more than a small kernel's work (OpenCL on a GPU: ~5 us each), elementwise
     outputs of the same size that no later kernel reads become one kernel writing them all: an optimizer's update
     and batch norm's running statistics were one launch per parameter and statistic (resnet50: ~320 per step, most
-    over 64-2048 values). The merged kernel takes the last member's place (every member's inputs are ready there,
-    and nothing between reads a member's output); the other members stay as "written" items, buffers that kernel
-    fills (item.extra["writes"])."""
+    over 64-2048 values). Outputs of up to MERGE_RANGES_MAX values join whatever their sizes, the kernel running
+    over their concatenation (alexnet's update: nine launches for its convolution weights and biases). The merged
+    kernel takes the last member's place (every member's inputs are ready there, and nothing between reads a
+    member's output); the other members stay as "written" items, buffers that kernel fills
+    (item.extra["writes"])."""
     last_read: dict[int, int] = {}
     for i, it in enumerate(items):
         for x in it.inputs:
@@ -803,7 +806,7 @@ def _merge_final_writes(items: list[Item], outputs: set[int]) -> list[Item]:
             or last_read.get(it.out.uid, -1) > i
         ):
             continue
-        runs = groups.setdefault((it.out.size, it.out.dtype.name), [[]])
+        runs = groups.setdefault((it.out.size if it.out.size > MERGE_RANGES_MAX else 0, it.out.dtype.name), [[]])
         run = runs[-1]
         ins = {x.uid for j in run for x in items[j].inputs} | {x.uid for x in it.inputs}
         if len(run) >= MERGE_WRITES_MAX or len(ins) + len(run) + 1 > MERGE_BUFFERS_MAX:

@@ -12,6 +12,7 @@ import plait
 import plait.nn.functional as F
 from plait.graph import autodiff
 from plait.runtime import get_device
+from plait.schedule.plan import Plan
 from plait.schedule.scheduler import schedule
 from tests.conftest import DEVICES
 from tests.helpers import assert_close, rand
@@ -58,3 +59,20 @@ def test_aliased_gradients_match_torch(device: str) -> None:
     assert w.grad is not None and b.grad is not None and wt.grad is not None and bt.grad is not None
     assert_close(w.grad.numpy(), wt.grad.numpy(), "float32", "conv weight gradient")
     assert_close(b.grad.numpy(), bt.grad.numpy(), "float32", "conv bias gradient")
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_updates_of_different_sizes_in_one_kernel(device: str) -> None:
+    """SGD-like updates of 3, 300, 7x5 and 1 values, none read afterwards, run as one kernel over their
+    concatenation (`scheduler._merge_final_writes`, `OpenCLRenderer.render_elementwise_group`), against NumPy."""
+    shapes = [(3,), (300,), (7, 5), (1,)]
+    ps = [rand(s, seed=i) for i, s in enumerate(shapes)]
+    gs = [rand(s, seed=10 + i) for i, s in enumerate(shapes)]
+    outs = [
+        (plait.tensor(p, device=device) - plait.tensor(g, device=device) * 0.1).node
+        for p, g in zip(ps, gs, strict=True)
+    ]
+    plan = Plan(outs)
+    assert [k.writes for k in plan.kernels] == [4]
+    for o, p, g in zip(plan(), ps, gs, strict=True):
+        np.testing.assert_allclose(np.asarray(o), p - np.float32(0.1) * g, rtol=1e-6, atol=1e-7)
