@@ -34,7 +34,8 @@ def _step(device: str) -> tuple[list[plait.Tensor], list, Plan]:
 @pytest.mark.parametrize("device", DEVICES)
 def test_normalised_input_stored_only_on_the_cpu(device: str) -> None:
     (x, _, _), grads, plan = _step(device)
-    full = [it.out for it in plan.items if it.kind == "elementwise" and it.out.size == x.node.size]
+    # a final output may be written by a kernel merging the small outputs (scheduler._merge_final_writes)
+    full = [it.out for it in plan.items if it.kind in ("elementwise", "written") and it.out.size == x.node.size]
     products = [n for n in full if n.op == "mul" and n.dtype.name == "float32"]
     if device.startswith("opencl"):
         assert products == [grads[0]], [(n.op, n.shape) for n in full]  # only the input gradient itself
