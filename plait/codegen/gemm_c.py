@@ -90,19 +90,6 @@ static float* plait_scratch(size_t n) {
   return buf;
 }
 
-/* The calling thread's buffer for the column-phase rows of a stride-2 image (plait_pack_win), apart from
-   plait_scratch, which holds the panels being packed from it. */
-static float* plait_phase_scratch(size_t n) {
-  static __thread float* buf;
-  static __thread size_t cap;
-  if (n > cap) {
-    free(buf);
-    buf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-    cap = n;
-  }
-  return buf;
-}
-
 /* The calling thread's buffer for operands that all threads of one call share (kept apart from plait_scratch,
    which the same thread uses inside the parallel region). */
 static float* plait_shared_scratch(size_t n) {
@@ -143,27 +130,9 @@ static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int
   }
 }
 
-/* Rows [y0, y1) of channels [c0, c1) of an image (channels x h x w) into ph, each row as its even columns followed
-   by its odd ones. */
-static void plait_split_phases(const float* x, const plait_win* g, int c0, int c1, int y0, int y1, float* ph) {
-  int w = g->w, we = (w + 1) / 2, hw = g->h * w, rows = y1 - y0;
-  for (int ci = c0; ci < c1; ci++)
-    for (int iy = y0; iy < y1; iy++) {
-      const float* xr = x + (long)ci * hw + (long)iy * w;
-      float* d = ph + ((long)(ci - c0) * rows + (iy - y0)) * w;
-#pragma omp simd
-      for (int t = 0; t < we; t++) d[t] = xr[2 * t];
-#pragma omp simd
-      for (int t = 0; t < w - we; t++) d[we + t] = xr[2 * t + 1];
-    }
-}
-
 /* The same panels gathered from an image (channels x h x w): column j reads output position (j / ow, j % ow).
    The columns split once into runs that stay inside one panel and one output row; for every row k of the patch
-   matrix each run is then one strided run of an input row: zero padding and a copy, with no division. For a
-   stride-2 window of at least 2x2 undilated taps, the input rows the block reads are first split once into their
-   even and odd columns (`ph`), so every run is a contiguous copy instead of a stride-2 gather: the gather took 25% of
-   a 3x3 stride-2 convolution over 128 channels, the copies of the same convolution at stride 1 about 14%. */
+   matrix each run is then one strided run of an input row: zero padding and a copy, with no division. */
 static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, int ldp, int j0, int j1, int n, int nr,
                            float* bp, int pos) {
   int kk = g->kh * g->kw, hw = g->h * g->w, s = g->sw, nseg = 0;
@@ -183,28 +152,6 @@ static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, i
     j += run;
   }
   int ci = pc / kk, ky = pc % kk / g->kw, kx = pc % g->kw;
-  /* stride 2: the block's channels and input rows in column phases (rows [y0, y1) of channels [c0, c1)) */
-  const float* ph = 0;
-  int c0 = ci, y0 = 0, prows = 0, we = (g->w + 1) / 2;
-  if (s == 2 && g->sh == 2 && g->kh > 1 && g->kw > 1 && g->dh == 1 && g->dw == 1) {
-    int oy0 = -1, oy1 = -1;
-    for (int e = 0; e < nseg; e++)
-      if (soy[e] >= 0) {
-        if (oy0 < 0 || soy[e] < oy0) oy0 = soy[e];
-        if (soy[e] > oy1) oy1 = soy[e];
-      }
-    y0 = oy0 * 2 - g->ph;
-    int y1 = oy1 * 2 - g->ph + g->kh;
-    if (y0 < 0) y0 = 0;
-    if (y1 > g->h) y1 = g->h;
-    if (oy0 >= 0 && y1 > y0) {
-      int c1 = (pc + kc - 1) / kk + 1;
-      prows = y1 - y0;
-      float* buf = plait_phase_scratch((size_t)(c1 - c0) * prows * g->w);
-      plait_split_phases(x, g, c0, c1, y0, y1, buf);
-      ph = buf;
-    }
-  }
   for (int p = 0; p < kc; p++) {
     const float* xc = x + (long)ci * hw;
     int dy = ky * g->dh - g->ph, dx = kx * g->dw - g->pw;
@@ -233,10 +180,6 @@ static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, i
       for (int q = 0; q < lo; q++) d[q] = 0.0f;
       if (s == 1) {
         memcpy(d + lo, xr + ix0 + lo, sizeof(float) * (hi - lo));
-      } else if (ph) { /* input columns ix0 + 2q share ix0's phase: a run of that phase's half of the split row */
-        int ix = ix0 + 2 * lo;
-        const float* pr = ph + ((long)(ci - c0) * prows + (iy - y0)) * g->w + ((ix & 1) ? we : 0) + (ix >> 1);
-        memcpy(d + lo, pr, sizeof(float) * (hi - lo));
       } else if (s == 2) { /* a constant stride: even elements of vector pairs instead of scalar copies */
         const float* xs = xr + ix0;
 #pragma omp simd

@@ -1,7 +1,7 @@
-"""Stride-2 convolutions on the cpu's implicit GEMM, whose packing first splits the input rows it reads into their
-even and odd columns (gemm_c.plait_split_phases) and then copies each run of patch columns from one phase. Checked
-against PyTorch on odd and even widths, padding 0-2, 2x2 to 5x5 kernels, channels spanning several k blocks, and
-batches whose narrow outputs merge into one product."""
+"""Stride-2 convolutions on the cpu's implicit GEMM (resnet's downsampling 3x3 layers), whose packing gathers every
+other input column of each patch row into the panels (gemm_c.plait_pack_win). Checked against PyTorch on odd and even
+widths, padding 0-2, 2x2 to 5x5 kernels, channels spanning several k blocks, and batches whose narrow outputs merge
+into one product."""
 
 import numpy as np
 import pytest
