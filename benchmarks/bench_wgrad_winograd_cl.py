@@ -10,20 +10,29 @@ step), compiled with PLAIT_WINOGRAD_CL=off (direct) and =2 (Winograd), run once,
     python3 benchmarks/bench_wgrad_winograd_cl.py --device opencl:0 --batch 2 --layers 16x16x8 --targets 1056 2112
 
 `--targets` times Winograd once per value of `winograd_cl.WGRAD_TILE_TARGET` (the 64x64 tiles its K chunks aim for).
+`--sweep` instead times each layer's batched Winograd product alone (random operands, profiling events) under the
+tile heuristic's knobs and tensor-core tiles from 64x64 to 256x128, each with the rule's K chunks and with half,
+twice and four times as many:
+
+    tools/gpu-run.sh python3 benchmarks/bench_wgrad_winograd_cl.py --sweep --layers 128x128x112 512x512x28
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
+import time
 from collections import defaultdict
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 import plait
 import plait.nn.functional as F
 from plait import settings
-from plait.codegen import winograd_cl
+from plait.codegen import gemm, winograd_cl
 from plait.graph import autodiff
 from plait.schedule.plan import Plan
 from plait.schedule.profile import profile_plan
@@ -63,6 +72,75 @@ def _wgrad(device: str, c: int, k: int, hw: int, batch: int, mode: str, reps: in
     return out, dict(by)
 
 
+SWEEP_TILES = [  # tensor-core tiles tried on the Winograd weight gradient's products (with BK 16+ also KS 2)
+    {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32},
+    {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64},
+    {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32},
+    {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64},
+    {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 32, "WN": 64},
+    {"V": 3, "BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64},
+    {"V": 3, "BM": 256, "BN": 128, "BK": 8, "WM": 64, "WN": 64},
+]
+
+
+def _product(c: int, k: int, hw: int, batch: int, parts: int) -> gemm.GemmSpec:
+    """The batched product D[xi] @ V[xi]^T of a `hw` x `hw` layer's weight gradient in `parts` K chunks, with the
+    strides the scheduler gives the matmul `winograd_cl_wgrad` builds (both operands (16, rows, tp))."""
+    p = winograd_cl.WinogradCLPlan(
+        batch, c, k, hw, hw, hw, hw, 1, 1, (0, c * hw * hw), (0, 0, 1), pad=winograd_cl.WGRAD_CHUNK_UNIT * parts
+    )
+    tp, kc = p.tp, p.tp // parts
+    if parts == 1:
+        return gemm.GemmSpec(16, k, c, kc, (0, 0, kc, 1), (0, 0, 1, kc), 16, k * kc, c * kc)
+    return gemm.GemmSpec(16 * parts, k, c, kc, (0, k * tp, tp, 1), (0, c * tp, 1, tp), parts, kc, kc)
+
+
+def _sweep(device: str, layers: list[tuple[int, ...]], batch: int, reps: int, seconds: float) -> None:
+    """Time each layer's Winograd product alone under SWEEP_TILES and the heuristic, for several K chunk counts."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from sweep_wgrad_cl import _buffers
+
+    from plait.codegen.gemm_tc import local_bytes, mma_tf32_unsupported
+    from plait.runtime import get_device
+    from plait.tune import _tc_heuristic
+
+    dev = get_device(device)
+    emu = {"MMA": 0} if mma_tf32_unsupported(dev) else {}
+    have = dev.info.extra.get("local_mem", 48 * 1024)
+    start = time.perf_counter()
+    for c, k, hw in layers:
+        tiles = batch * -((-hw // 2) ** 2)
+        rule = winograd_cl._wgrad_parts(tiles, 16 * -(-k // 64) * -(-c // 64))
+        for parts in sorted({max(1, rule // 2), rule, 2 * rule, 4 * rule}):
+            if time.perf_counter() - start > seconds:
+                print("-- stopped: --seconds reached", flush=True)
+                return
+            spec = _product(c, k, hw, batch, parts)
+            knobs: list[dict[str, Any]] = [_tc_heuristic(spec)]
+            for t in SWEEP_TILES + [{**t, "KS": 2} for t in SWEEP_TILES if t["BK"] % 16 == 0]:
+                if t not in knobs and local_bytes(t) <= have:
+                    knobs.append(t)
+            kernels = [gemm.render_opencl(spec, {**kn, **emu}) for kn in knobs]
+            progs = dev.compile_batch([(kern.source, kern.name) for kern in kernels])
+            pool: dict[int, Any] = {}
+            bufs = _buffers(dev, spec, pool)
+            rows = []
+            for kn, kern, prog in zip(knobs, kernels, progs, strict=True):
+                launch = prog.bind(bufs, kern.global_size, kern.local_size)
+                rows.append((sorted(dev.time_launch(launch) for _ in range(reps))[reps // 2], kn))
+            for buf in pool.values():
+                dev.allocator.free(buf.nbytes, buf.handle)
+            mark = " (rule)" if parts == rule else ""
+            print(
+                f"-- {c}x{k}x{hw} b{batch}: {parts} chunks{mark}, {spec.batch}x{spec.m}x{spec.n}x{spec.k}", flush=True
+            )
+            lines = [f"heuristic {rows[0][0] * 1e3:.3f} ms {spec.flops / rows[0][0] / 1e12:.1f} TF {rows[0][1]}"]
+            lines += [
+                f"{t * 1e3:.3f} ms {spec.flops / t / 1e12:.1f} TF {kn}" for t, kn in sorted(rows, key=lambda r: r[0])
+            ]
+            print("   " + "\n   ".join(lines[:8]), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="opencl:0")
@@ -70,8 +148,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--layers", nargs="*", help="CxKxHW, e.g. 256x256x56 (default: vgg16's and resnet's layers)")
     ap.add_argument("--targets", nargs="*", type=int, default=[winograd_cl.WGRAD_TILE_TARGET])
+    ap.add_argument("--sweep", action="store_true", help="time the Winograd products alone under tiles and chunks")
+    ap.add_argument("--seconds", type=float, default=150.0, help="--sweep: stop starting new products after this")
     args = ap.parse_args()
     layers = [tuple(int(v) for v in s.split("x")) for s in args.layers] if args.layers else LAYERS
+    if args.sweep:
+        _sweep(args.device, layers, args.batch, args.reps, args.seconds)
+        return
     print(f"batch {args.batch}, median of {args.reps} event times per kernel (ms)")
     print("| C | K | HxW | direct | tile target | Winograd | direct / Winograd | Winograd kernels | max diff / max |")
     print("|---|---|---|---|---|---|---|---|---|")
