@@ -11,9 +11,9 @@ step), compiled with PLAIT_WINOGRAD_CL=off (direct) and =2 (Winograd), run once,
 
 `--targets` times Winograd once per value of `winograd_cl.WGRAD_TILE_TARGET` (the 64x64 tiles its K chunks aim for).
 `--sweep` instead times each layer's batched Winograd product alone (random operands, profiling events) under the
-tile heuristic's knobs and tensor-core tiles from 64x64 to 256x128, each with the rule's K chunks and with half,
-twice and four times as many:
-
+tile heuristic's knobs and tensor-core tiles from 64x64 to 256x128, each with the rule's K chunks and with twice
+tile heuristic's knobs and tensor-core tiles from 64x64 to 256x128, each with the rule's K chunks, twice and
+four times as many:
     tools/gpu-run.sh python3 benchmarks/bench_wgrad_winograd_cl.py --sweep --layers 128x128x112 512x512x28
 """
 
@@ -111,7 +111,7 @@ def _sweep(device: str, layers: list[tuple[int, ...]], batch: int, reps: int, se
     for c, k, hw in layers:
         tiles = batch * -((-hw // 2) ** 2)
         rule = winograd_cl._wgrad_parts(tiles, 16 * -(-k // 64) * -(-c // 64))
-        for parts in sorted({max(1, rule // 2), rule, 2 * rule, 4 * rule}):
+        for parts in (rule, 2 * rule, 4 * rule):
             if time.perf_counter() - start > seconds:
                 print("-- stopped: --seconds reached", flush=True)
                 return
