@@ -11,9 +11,9 @@ step), compiled with PLAIT_WINOGRAD_CL=off (direct) and =2 (Winograd), run once,
 
 `--targets` times Winograd once per value of `winograd_cl.WGRAD_TILE_TARGET` (the 64x64 tiles its K chunks aim for).
 `--sweep` instead times each layer's batched Winograd product alone (random operands, profiling events) under the
-tile heuristic's knobs and tensor-core tiles from 64x64 to 256x128, each with the rule's K chunks and with twice
 tile heuristic's knobs and tensor-core tiles from 64x64 to 256x128, each with the rule's K chunks, twice and
 four times as many:
+
     tools/gpu-run.sh python3 benchmarks/bench_wgrad_winograd_cl.py --sweep --layers 128x128x112 512x512x28
 """
 
