@@ -17,6 +17,7 @@ from plait.codegen import gemm
 from plait.codegen.gemm import GemmSpec
 from plait.errors import UnsupportedError
 from plait.graph import autodiff
+from plait.graph.ops import conv_wgrad_c
 from plait.graph.ops.conv import Window
 from plait.schedule.scheduler import _nchw_spec, schedule
 from tests.conftest import DEVICES
@@ -24,6 +25,13 @@ from tests.helpers import assert_close, rand
 from tests.ops.test_conv_gather_train_cl import KNOBS, OPENCL_FLAGS, _columns, _run
 
 CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
+
+
+@pytest.fixture(autouse=True)
+def _opencl_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schedule tests build their graphs on the cpu but schedule them as OpenCL does; the cpu's own direct
+    weight-gradient kernel (conv_wgrad_c), which OpenCL never takes, is switched off so they keep OpenCL's form."""
+    monkeypatch.setattr(conv_wgrad_c, "wins", lambda win: False)
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
