@@ -332,12 +332,7 @@ def _lanes_driver(mr: int, nv: int) -> str:
     the epilogue runs on each finished panel's block."""
     nr = nv * VW
     t = f"{mr}x{nv}"
-    return f"""/* Prefetch lines [l0, l1) of a packed panel into L2. */
-static inline void plait_pwl_prefetch(const float* w, long l0, long l1) {{
-  for (long l = l0; l < l1; l++) __builtin_prefetch(w + l * 16, 0, 2);
-}}
-
-/* C[bz] (m x n) = A @ B[bz] with A packed as panels of {nr} channels (plait_pwl_tile_{t}); B's rows (input
+    return f"""/* C[bz] (m x n) = A @ B[bz] with A packed as panels of {nr} channels (plait_pwl_tile_{t}); B's rows (input
    channels) are sbk apart, contiguous along the n pixels. */
 static void plait_pwlanes_{t}(long batch, long inner, int m, int n, int k, const float* wp, const float* B, long sbb,
                               long sbi, long sbk, float* C, plait_epi_fn epi, void* const* extra) {{
@@ -386,12 +381,22 @@ static void plait_pwlanes_{t}(long batch, long inner, int m, int n, int k, const
 """
 
 
+LANES_PREFETCH = """//@shared-begin plait_pwl_prefetch
+/* Prefetch lines [l0, l1) of a packed panel into L2. */
+static inline void plait_pwl_prefetch(const float* w, long l0, long l1) {
+  for (long l = l0; l < l1; l++) __builtin_prefetch(w + l * 16, 0, 2);
+}
+//@shared-end
+"""
+
+
 def lanes_library(mr: int, nv: int) -> str:
-    """The shared C code of the across-the-lanes 1x1 product with one register tile (after gemm_c.COMMON)."""
+    """The shared C code of the across-the-lanes 1x1 product with one register tile (after gemm_c.COMMON); each
+    block is shared by name, so kernels with different tiles build in one translation unit."""
     from plait.codegen import gemm_c
 
     body = f"//@shared-begin plait_pwlanes_{mr}x{nv}\n{_lanes_tile(mr, nv)}{_lanes_driver(mr, nv)}//@shared-end\n"
-    return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(body)
+    return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(LANES_PREFETCH) + gemm_c.at_o2(body)
 
 
 def lanes_call(spec: Any, p: LanesPlan, b_args: str, epi_fn: str, extra: str) -> str:

@@ -11,6 +11,9 @@ import torch
 import plait
 import plait.nn.functional as F
 from plait.codegen import pointwise_c
+from plait.runtime import get_device
+from plait.runtime.base import join_sources
+from plait.schedule.plan import render
 from tests.helpers import assert_close, rand
 
 CASES = [  # input channels, output channels, plane side
@@ -71,3 +74,21 @@ def test_weights_passed_per_call_keep_the_gemm() -> None:
         assert [k.name.split("_")[0] for k in plan.kernels] == ["GEMM"]
         ref = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w)).numpy()
         assert_close(f(x, w), ref, "float32", f"weights per call, seed {seed}", tol_scale=10)
+
+
+def test_tiles_build_as_one_translation_unit() -> None:
+    """Products with different register tiles and their weight packings join into one library (a plan's kernels
+    build a few to a compiler run; a clash would rebuild every kernel alone)."""
+    x = rand((1, 40, 14, 14))
+    w1, w2 = rand((64, 40, 1, 1), seed=1), rand((48, 64, 1, 1), seed=2)
+    t1, t2 = plait.tensor(w1, device="cpu"), plait.tensor(w2, device="cpu")
+    f = plait.jit(lambda t: F.conv2d(F.conv2d(t, t1).relu(), t2), "cpu")
+    plan, _ = f.plan_for([x])
+    assert [k.name.split("_")[0] for k in plan.kernels] == ["PWLANES", "PWLANES"]
+    assert len({k.source.split("plait_pwlanes_")[1][:3] for k in plan.kernels}) == 2  # two register tiles
+    packs = [(r.source, r.name) for r in (render(plan.device, it) for it in plan.items) if r.name.startswith("PWPACK")]
+    get_device("cpu")._build(join_sources([(k.source, k.name) for k in plan.kernels] + packs))
+    ref = torch.nn.functional.conv2d(
+        torch.relu(torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w1))), torch.tensor(w2)
+    )
+    assert_close(f(x), ref.numpy(), "float32", "two products across the lanes", tol_scale=10)
