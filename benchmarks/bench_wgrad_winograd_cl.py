@@ -34,6 +34,7 @@ import plait.nn.functional as F
 from plait import settings
 from plait.codegen import gemm, winograd_cl
 from plait.graph import autodiff
+from plait.graph.ops.conv import Window
 from plait.schedule.plan import Plan
 from plait.schedule.profile import profile_plan
 
@@ -109,8 +110,8 @@ def _sweep(device: str, layers: list[tuple[int, ...]], batch: int, reps: int, se
     have = dev.info.extra.get("local_mem", 48 * 1024)
     start = time.perf_counter()
     for c, k, hw in layers:
-        tiles = batch * -((-hw // 2) ** 2)
-        rule = winograd_cl._wgrad_parts(tiles, 16 * -(-k // 64) * -(-c // 64))
+        plan = winograd_cl.wgrad_plan(Window(batch, c, hw, hw, 3, 3, 1, 1, 1, 1), k)
+        rule = plan.parts if plan is not None else 1
         for parts in (rule, 2 * rule, 4 * rule):
             if time.perf_counter() - start > seconds:
                 print("-- stopped: --seconds reached", flush=True)

@@ -138,6 +138,13 @@ def pick(spec: Any) -> WinogradCLPlan | None:
 WGRAD_TILE_TARGET = 1056  # 64x64 tiles a weight gradient's 16 products aim for in K chunks (8 per SM of an H100)
 WGRAD_MIN_CHUNK = 1024  # shortest K chunk (tile columns) of those products
 WGRAD_CHUNK_UNIT = 32  # chunks hold whole BK 32 steps, so no K edge is checked
+# Where K and C are whole 128-row tiles, the products run in 128x128 tiles (WGRAD_WIDE_KNOBS) in the fewest K chunks
+# that make WGRAD_WIDE_TARGET of them. H100, batch 64 (bench_wgrad_winograd_cl.py --sweep): 47-50 TFLOP/s from 256
+# such tiles (512x512 at 28x28 in 1, 2 and 4 chunks 2.17, 2.14, 2.14 ms; 256x256 at 56x56 in 4 chunks 2.12; 512x512
+# at 14x14 in one 0.56) against 36-38 in the 64x64 tiles the generic weight-gradient rule gives (2.73-2.82, 2.80,
+# 0.71); with 128 such tiles they reached 44 (KS 2), with 64 only 29.
+WGRAD_WIDE_TARGET = 256
+WGRAD_WIDE_KNOBS = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
 # 'auto': a weight gradient runs Winograd with at least MIN_CHANNELS output channels and WGRAD_MIN_IN input ones.
 # H100, batch 64, direct / Winograd (benchmarks/bench_wgrad_winograd_cl.py): 1.21-1.73x for every layer of 128+
 # channels in and out (7x7 to 112x112), 1.15-1.17x for vgg16's 64 -> 128 at 112x112, 0.82x and 0.97-0.99x for
@@ -164,18 +171,42 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     narrow = k < MIN_CHANNELS or win.c < WGRAD_MIN_IN
     if mode == "off" or (mode == "auto" and (narrow or base.tiles < MIN_TILES)):
         return None
-    parts = _wgrad_parts(base.tiles, ALPHA * ALPHA * -(-k // 64) * -(-win.c // 64))
+    wide = ALPHA * ALPHA * (k // 128) * (win.c // 128) if k % 128 == 0 and win.c % 128 == 0 else 0
+    parts = _wgrad_parts(base.tiles, wide, WGRAD_WIDE_TARGET) if wide else 0
+    if parts * wide < WGRAD_WIDE_TARGET:  # too few 128x128 tiles: 64x64 ones (the generic weight-gradient rule)
+        parts = _wgrad_parts(base.tiles, ALPHA * ALPHA * -(-k // 64) * -(-win.c // 64), WGRAD_TILE_TARGET)
     return replace(base, pad=WGRAD_CHUNK_UNIT * parts, parts=parts)
 
 
-def _wgrad_parts(tiles: int, tiles64: int) -> int:
+def _wgrad_parts(tiles: int, per_chunk: int, target: int) -> int:
     """The fewest K chunks (of whole WGRAD_CHUNK_UNIT steps, each at least WGRAD_MIN_CHUNK long) over `tiles` tile
-    columns that make WGRAD_TILE_TARGET 64x64 tiles from `tiles64` per chunk, else the most such chunks (at least
-    one)."""
+    columns that make `target` GEMM tiles from `per_chunk` per chunk, else the most such chunks (at least one)."""
     parts = 1
-    while parts * tiles64 < WGRAD_TILE_TARGET and _chunk(tiles, parts + 1) >= WGRAD_MIN_CHUNK:
+    while parts * per_chunk < target and _chunk(tiles, parts + 1) >= WGRAD_MIN_CHUNK:
         parts += 1
     return parts
+
+
+def wgrad_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
+    """WGRAD_WIDE_KNOBS for the batched product of a Winograd weight gradient (`winograd_cl_wgrad`'s D[xi] @ V[xi]^T
+    in K chunks, as the scheduler lays it out: both operands (16, rows, tile columns), the chunks along the tile
+    columns) whose rows and columns are whole 128-row tiles and make WGRAD_WIDE_TARGET of them, else None (the
+    generic tile rule). The tensor-core tile heuristic asks this first, so `wgrad_plan`'s chunk count and these
+    tiles go together."""
+    if spec.batch % (ALPHA * ALPHA) or spec.m % 128 or spec.n % 128 or spec.conv is not None or spec.a_nchw:
+        return None
+    if spec.conv_t is not None or spec.batch * (spec.m // 128) * (spec.n // 128) < WGRAD_WIDE_TARGET:
+        return None
+    parts = spec.batch // (ALPHA * ALPHA)
+    tp = spec.k * parts
+    if (spec.a[2], spec.a[3], spec.b[2], spec.b[3]) != (tp, 1, 1, tp):
+        return None
+    a_plane, b_plane = spec.m * tp, spec.n * tp  # one xi's D and V
+    for xi, s in ((0, 0), (0, parts - 1), (1, 0), (ALPHA * ALPHA - 1, parts - 1)):
+        bz = xi * parts + s
+        if spec.a_at(bz) != xi * a_plane + s * spec.k or spec.b_at(bz) != xi * b_plane + s * spec.k:
+            return None
+    return dict(WGRAD_WIDE_KNOBS)
 
 
 def _chunk(tiles: int, parts: int) -> int:

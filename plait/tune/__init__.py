@@ -83,7 +83,13 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
       (`_large_gather_ks`) and 64x64 KS 2 tiles for Winograd's 192-row products (`_ragged_batched_rows`);
     - else 128x128 tiles of four 64x64 warp tiles (16-18% faster than eight 64x32 ones on vgg16's
       256x3136x2304 and 512x784x4608), two to an SM; eight 32x64 warp tiles, one to an SM, where that evens out
-      the last wave (resnet18 b64's 128x50176x1152: 392 work-groups, 1.39x)."""
+      the last wave (resnet18 b64's 128x50176x1152: 392 work-groups, 1.39x).
+
+    A Winograd weight gradient's products take their own rule first (`winograd_cl.wgrad_knobs`)."""
+    from plait.codegen.winograd_cl import wgrad_knobs
+
+    if (wino := wgrad_knobs(spec)) is not None:
+        return wino
     if _weight_gradient(spec):
         if _wide_weight_gradient(spec):
             return {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}

@@ -16,7 +16,7 @@ import torch
 import plait
 import plait.nn.functional as F
 from plait import dtypes, settings
-from plait.codegen import winograd_cl
+from plait.codegen import gemm, winograd_cl
 from plait.errors import PlaitError, ShapeError
 from plait.graph import autodiff
 from plait.graph.node import Node, toposort
@@ -86,8 +86,9 @@ def test_winograd_weight_gradient_in_k_chunks(device: str, monkeypatch: pytest.M
 
 def test_auto_picks_wide_layers_in_chunks_of_whole_k_steps() -> None:
     """'auto' keeps layers with 64 output channels (or under 64 input ones) on the direct product and splits the
-    others' tile columns into chunks of at least WGRAD_MIN_CHUNK (whole 32-column steps) that make
-    WGRAD_TILE_TARGET 64x64 tiles."""
+    others' tile columns into chunks of at least WGRAD_MIN_CHUNK (whole 32-column steps): with channels in whole
+    128s the fewest that make WGRAD_WIDE_TARGET 128x128 tiles, else (or where no such chunks make them) those that
+    make WGRAD_TILE_TARGET 64x64 tiles."""
     with settings.override(PLAIT_WINOGRAD_CL="auto"):
         assert winograd_cl.wgrad_plan(Window(64, 64, 56, 56, 3, 3, 1, 1, 1, 1), 64) is None
         assert winograd_cl.wgrad_plan(Window(64, 32, 112, 112, 3, 3, 1, 1, 1, 1), 128) is None
@@ -98,7 +99,12 @@ def test_auto_picks_wide_layers_in_chunks_of_whole_k_steps() -> None:
     assert p is not None and p.tiles == 64 * 28 * 28
     chunk = p.tp // p.parts
     assert p.tp % p.parts == 0 and chunk % winograd_cl.WGRAD_CHUNK_UNIT == 0 and chunk >= winograd_cl.WGRAD_MIN_CHUNK
-    assert 16 * p.parts * 16 >= winograd_cl.WGRAD_TILE_TARGET > 16 * (p.parts - 1) * 16  # 16 tiles of 64x64
+    assert 16 * p.parts * 4 >= winograd_cl.WGRAD_WIDE_TARGET > 16 * (p.parts - 1) * 4  # 4 tiles of 128x128
+    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+        narrow = winograd_cl.wgrad_plan(Window(64, 64, 112, 112, 3, 3, 1, 1, 1, 1), 128)  # 64 input channels
+        short = winograd_cl.wgrad_plan(Window(64, 128, 28, 28, 3, 3, 1, 1, 1, 1), 128)  # 12 chunks: 192 wide tiles
+    assert narrow is not None and 16 * narrow.parts * 2 >= winograd_cl.WGRAD_TILE_TARGET > 16 * (narrow.parts - 1) * 2
+    assert short is not None and short.parts == 12 and short.tp // short.parts >= winograd_cl.WGRAD_MIN_CHUNK
     with settings.override(PLAIT_WINOGRAD_CL="off"):
         assert winograd_cl.wgrad_plan(Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1), 256) is None
     with settings.override(PLAIT_WINOGRAD_CL="fast"), pytest.raises(PlaitError, match="PLAIT_WINOGRAD_CL"):
@@ -141,3 +147,36 @@ def test_training_forward_shares_the_weight_gradients_input_tiles(device: str) -
     assert wr.grad is not None
     for got, want in ((got_out, ref.detach().numpy()), (got_w, wr.grad.numpy())):
         assert float(np.abs(got - want).max()) <= TOL * float(np.abs(want).max())
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_wide_products_take_the_winograd_tile_rule(device: str) -> None:
+    """A weight gradient whose 16 products make WGRAD_WIDE_TARGET 128x128 tiles (512 channels in and out): the
+    scheduled GEMM is recognised by `wgrad_knobs`, which the tensor-core heuristic returns, and the gradient stays
+    right. The forward's Winograd product and a direct weight gradient keep the generic rule."""
+    from plait.tune import _tc_heuristic
+
+    node, want = _weight_gradient(device, 1, 512, 512, 4, 4, 1, "2")
+    plan = Plan([node])
+    (spec,) = [it.gemm for it in plan.items if it.kind == "gemm"]
+    assert spec is not None and (spec.batch, spec.m, spec.n) == (16, 512, 512)
+    assert winograd_cl.wgrad_knobs(spec) == winograd_cl.WGRAD_WIDE_KNOBS == _tc_heuristic(spec)
+    (got,) = plan()
+    assert float(np.abs(got.astype(np.float64) - want).max()) <= TOL * float(np.abs(want).max())
+    direct, _ = _weight_gradient(device, 1, 512, 512, 4, 4, 1, "off")
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
+        forward = winograd_cl.WinogradCLPlan(64, 512, 512, 28, 28, 28, 28, 1, 1, (0, 512 * 784), (0, 4608, 1))
+    others = [it.gemm for it in Plan([direct]).items if it.kind == "gemm"] + [forward.gemm_spec()]
+    assert others and all(s is not None and winograd_cl.wgrad_knobs(s) is None for s in others)
+
+
+def test_wide_rule_checks_the_product_layout() -> None:
+    """`wgrad_knobs` takes only the chunked layout `winograd_cl_wgrad` gives its matmul (here 2 chunks of 1024
+    tile columns, both operands (16, rows, 2048)) with WGRAD_WIDE_TARGET 128x128 tiles; a shifted chunk, rows off
+    whole 128s or too few tiles are other products."""
+    a, b = (0, 512 * 2048, 2048, 1), (0, 512 * 2048, 1, 2048)
+    spec = gemm.GemmSpec(32, 512, 512, 1024, a, b, 2, 1024, 1024)
+    assert winograd_cl.wgrad_knobs(spec) == winograd_cl.WGRAD_WIDE_KNOBS  # 32 x 4 x 4 tiles
+    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, a_inner=1056)) is None
+    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, m=448)) is None
+    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, m=256, n=256, a=(0, 256 * 2048, 2048, 1))) is None
