@@ -205,17 +205,17 @@ def call(spec: Any, mr: int, nv: int, a_args: str, b_args: str, epi_fn: str, ext
 
 # --- 1x1 convolutions over narrow planes, output channels across the vector lanes, weights packed at plan build ---
 #
-# On 7x7 and 14x14 planes (mobilenet_v2's late blocks) the GEMM puts pixels across the lanes: 49 or 196 columns fill
-# its panels badly and each row block of weights meets only one to four panels, so the weights stream from L3 in
-# short runs per call. ONNX Runtime keeps its weights packed and the channels in its vectors. Here the weights are
-# packed once, when the plan is built, as panels of 16*NV output channels (k x 16*NV each, a constant the plan keeps),
-# every pixel of the image is broadcast from where it lies, and a tile's sums are written back into the NCHW planes
-# through a small transposing copy.
+# On 7x7 and 14x14 planes (mobilenet_v2's late blocks) the GEMM puts the 49 or 196 pixels across the lanes, packs
+# the image into panels on every call and meets each row block of weights with one to four panels. ONNX Runtime keeps
+# its weights packed and the channels in its vectors; so does this kernel: the weights are packed once, when the plan
+# is built, as panels of 16*NV output channels (k x 16*NV each, a constant the plan keeps), every pixel of the image is
+# broadcast from where it lies (no packing per call), and a tile's sums go back into the NCHW planes through a small
+# transposing copy. (Packing the weights for the GEMM's own orientation instead made it slower: docs/benchmarks.md.)
 
 # One image's product over 32 to 511 pixels (7x7 to 14x14 planes) with at least one vector of output channels over at
-# most LANES_MAX_K input channels: mobilenet_v2's such layers ran 10-30% faster in whole plans; its 7x7 products over
-# 960 input channels 15-25% slower. At batch 16 (where the GEMM merges the images' columns into one wide product) the
-# GEMM was faster (benchmarks/bench_pwlanes_ab.py, docs/benchmarks.md).
+# most LANES_MAX_K input channels: mobilenet_v2's such layers ran 10-30% faster in whole plans (resnet50's neutral);
+# its 7x7 products over 960 input channels 15-25% slower. At batch 16 (where the GEMM merges the images' columns into
+# one wide product) the GEMM was faster (benchmarks/bench_pwlanes_ab.py, docs/benchmarks.md).
 LANES_COLS = (32, 512)
 LANES_MIN_ROWS = 16
 LANES_MAX_K = 576
