@@ -39,6 +39,26 @@ class OpenCLRenderer(CStyleRenderer):
             return f"vstore_half({val}, {off}, {buf});"
         return super().store(dt, buf, off, val)
 
+    def render_elementwise(self, out: Node, root: Node, inputs: list[Node]) -> RenderedKernel:
+        """An elementwise kernel; one that reads a split-K chunk sum (scheduler._chunk_sums_inline) adds the chunks
+        itself at its own index, in the chunk sum's order, and applies its expression to that sum."""
+        sums = _chunk_sums(root, {n.uid for n in inputs})
+        if not sums:
+            return super().render_elementwise(out, root, inputs)
+        params, args = self._params(out, inputs)
+        idx_t = self.idx_type(out.size, *(n.size for n in inputs))
+        b = ExprBuilder(self, args, idx_t)
+        for m in sums:
+            src = m.srcs[0]
+            terms = [
+                self.load(src.dtype, args[src.uid], f"gid + {c * m.size}" if c else "gid") for c in range(src.shape[0])
+            ]
+            b.subst[m.uid] = b.tmp(self.compute_type(m.dtype), " + ".join(terms), "s")
+        v = b.value(root, Idx(root.shape, linear="gid"))
+        b.lines.append(self.store(out.dtype, "b0", "gid", v))
+        lines, gs, ls = self.parallel_for("gid", out.size, b.lines, idx_t, out.size * len(b.lines))
+        return self._finish("E", out, params, lines, gs, ls)
+
     def render_elementwise_group(self, out: Node, writes: list[Node], inputs: list[Node]) -> RenderedKernel:
         """Merged elementwise outputs (scheduler._merge_final_writes); members of different sizes run one work-item
         per value of their concatenation, each range computing its own member at its own index."""
@@ -84,3 +104,20 @@ class OpenCLRenderer(CStyleRenderer):
         if gs != n:
             head.append(f"if ({var} >= {n}) return;")
         return [*head, *body], (gs,), (ls,)
+
+
+def _chunk_sums(root: Node, names: set[int]) -> list[Node]:
+    """The sums over axis 0 of a buffer argument's chunks inside root's expression (it stops at the arguments)."""
+    found: list[Node] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.uid in seen or n.uid in names:
+            continue
+        seen.add(n.uid)
+        if n.op == "rsum" and n.arg == (0,) and n.srcs[0].uid in names and n.srcs[0].shape[1:] == n.shape[1:]:
+            found.append(n)
+            continue
+        stack.extend(n.srcs)
+    return found

@@ -44,6 +44,7 @@ class Item:
 
 
 SPLIT_WIDE_PARTS = 64  # devices whose reductions split this many ways or more have cores to spare per output
+MAX_CHUNK_SUM = 32  # chunk sums of up to this many chunks are added in the elementwise kernel that reads them
 GROUP_SPLIT_TARGET = 1056  # work-groups a group-split reduction aims for on such devices: 8 per SM of an H100
 GROUP_SPLIT_MIN_PER_ITEM = 4  # fewest values each work-item of a group-split partial sums
 # A group-split reduction with at least this many outputs runs as one work-group per output and no second stage:
@@ -707,6 +708,7 @@ def schedule(
     if constants_once:
         _mark_constants(items)
     if split_parts >= SPLIT_WIDE_PARTS:
+        items = _chunk_sums_inline(items, users, {n.uid for n in outputs})
         items = _merge_final_writes(items, {n.uid for n in outputs})
     items = _winograd_cl(items, constants_once) if winograd_cl else items
     items = _pool_max_with_offsets(items)
@@ -781,6 +783,47 @@ def _pool_max_with_offsets(items: list[Item]) -> list[Item]:
 MERGE_WRITES_MAX = 16  # outputs one merged kernel writes at most
 MERGE_BUFFERS_MAX = 64  # buffer arguments of a merged kernel at most (OpenCL guarantees 1024 bytes of them)
 MERGE_RANGES_MAX = 1 << 22  # outputs this small merge whatever their sizes (one kernel over their concatenation)
+
+
+def _chunk_sums_inline(items: list[Item], users: dict[int, int], outputs: set[int]) -> list[Item]:
+    """A split-K product's chunk sum (an rsum over axis 0 of the S chunks, `_split_k`) that only one elementwise
+    kernel reads, element for element, is summed in that kernel instead of a kernel of its own: the fc layers'
+    input gradients and their ReLU or dropout masks were a reduce launch and an elementwise launch each (alexnet
+    b64 on an H100: ~5 us a launch). The elementwise kernel reads the chunks in place of the sum and adds them in
+    the chunk sum's order (OpenCLRenderer.render_elementwise); extra["chunk_sums"] keeps it out of merged writes."""
+    readers: dict[int, int] = {}
+    for it in items:
+        for x in it.inputs:
+            readers[x.uid] = readers.get(x.uid, 0) + 1
+    sums = {it.out.uid: it for it in items if _is_chunk_sum(it) and it.out.uid not in outputs}
+    inlined: set[int] = set()
+    out: list[Item] = []
+    for it in items:
+        if it.kind == "elementwise" and not it.extra and it.out.dtype == dtypes.float32:
+            found = [
+                m
+                for m in it.inputs
+                if m.uid in sums
+                and readers.get(m.uid) == 1
+                and m.size == it.out.size
+                and _reads_identically(it.out, m, users)
+            ]
+            if found:
+                inlined.update(m.uid for m in found)
+                chunks = {m.uid: m.srcs[0] for m in found}
+                inputs = list({(x := chunks.get(m.uid, m)).uid: x for m in it.inputs}.values())
+                it = Item(it.out, inputs, "elementwise", extra={"chunk_sums": found})
+        out.append(it)
+    return [it for it in out if it.out.uid not in inlined]
+
+
+def _is_chunk_sum(it: Item) -> bool:
+    """A float32 sum over axis 0 of a few product chunks that a kernel before it wrote (`_split_k`'s chunk sum)."""
+    n = it.out
+    if it.kind != "reduce" or n.op != "rsum" or n.arg != (0,) or n.dtype != dtypes.float32 or n.shape[:1] != (1,):
+        return False
+    src = n.srcs[0]
+    return it.inputs == [src] and src.op == "matmul" and src.shape[1:] == n.shape[1:] and src.shape[0] <= MAX_CHUNK_SUM
 
 
 def _merge_final_writes(items: list[Item], outputs: set[int]) -> list[Item]:
