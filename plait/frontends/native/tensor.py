@@ -262,7 +262,9 @@ class Tensor:
                     continue
                 t.grad = Tensor(g) if t.grad is None else Tensor(ew.add(t.grad.node, g))
                 updated.append(t.grad.node)
-        realize(updated)
+        # The tensor itself (a loss) is realized with its gradients: the backward pass computes it anyway, and a
+        # step that returns it would otherwise compute it again after the update (and read the updated weights).
+        realize([self.node, *updated])
 
     # ---------------------------------------------------------------- elementwise
 
