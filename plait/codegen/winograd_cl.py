@@ -142,8 +142,11 @@ WGRAD_CHUNK_UNIT = 32  # chunks hold whole BK 32 steps, so no K edge is checked
 # that make WGRAD_WIDE_TARGET of them. H100, batch 64 (bench_wgrad_winograd_cl.py --sweep): 47-50 TFLOP/s from 256
 # such tiles (512x512 at 28x28 in 1, 2 and 4 chunks 2.17, 2.14, 2.14 ms; 256x256 at 56x56 in 4 chunks 2.12; 512x512
 # at 14x14 in one 0.56) against 36-38 in the 64x64 tiles the generic weight-gradient rule gives (2.73-2.82, 2.80,
-# 0.71); with 128 such tiles they reached 44 (KS 2), with 64 only 29.
+# 0.71); with 128 such tiles they reached 44 (KS 2), with 64 only 29. Their chunks hold at least WGRAD_WIDE_MIN_CHUNK
+# tile columns, the shortest one-chunk product swept (512x512 at 14x14): resnet's 512-channel 7x7 layers (one chunk
+# of 1024) keep 64x64 tiles, as their one step A/B did not show a gain (resnet18 b64 21.41 -> 21.81 ms, in its noise).
 WGRAD_WIDE_TARGET = 256
+WGRAD_WIDE_MIN_CHUNK = 3136
 WGRAD_WIDE_KNOBS = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
 # 'auto': a weight gradient runs Winograd with at least MIN_CHANNELS output channels and WGRAD_MIN_IN input ones.
 # H100, batch 64, direct / Winograd (benchmarks/bench_wgrad_winograd_cl.py): 1.21-1.73x for every layer of 128+
@@ -172,17 +175,18 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     if mode == "off" or (mode == "auto" and (narrow or base.tiles < MIN_TILES)):
         return None
     wide = ALPHA * ALPHA * (k // 128) * (win.c // 128) if k % 128 == 0 and win.c % 128 == 0 else 0
-    parts = _wgrad_parts(base.tiles, wide, WGRAD_WIDE_TARGET) if wide else 0
-    if parts * wide < WGRAD_WIDE_TARGET:  # too few 128x128 tiles: 64x64 ones (the generic weight-gradient rule)
+    parts = _wgrad_parts(base.tiles, wide, WGRAD_WIDE_TARGET, WGRAD_WIDE_MIN_CHUNK) if wide else 0
+    if parts * wide < WGRAD_WIDE_TARGET or _chunk(base.tiles, max(parts, 1)) < WGRAD_WIDE_MIN_CHUNK:
+        # too few 128x128 tiles or too short chunks: 64x64 ones (the generic weight-gradient rule)
         parts = _wgrad_parts(base.tiles, ALPHA * ALPHA * -(-k // 64) * -(-win.c // 64), WGRAD_TILE_TARGET)
     return replace(base, pad=WGRAD_CHUNK_UNIT * parts, parts=parts)
 
 
-def _wgrad_parts(tiles: int, per_chunk: int, target: int) -> int:
-    """The fewest K chunks (of whole WGRAD_CHUNK_UNIT steps, each at least WGRAD_MIN_CHUNK long) over `tiles` tile
+def _wgrad_parts(tiles: int, per_chunk: int, target: int, shortest: int = WGRAD_MIN_CHUNK) -> int:
+    """The fewest K chunks (of whole WGRAD_CHUNK_UNIT steps, each at least `shortest` long) over `tiles` tile
     columns that make `target` GEMM tiles from `per_chunk` per chunk, else the most such chunks (at least one)."""
     parts = 1
-    while parts * per_chunk < target and _chunk(tiles, parts + 1) >= WGRAD_MIN_CHUNK:
+    while parts * per_chunk < target and _chunk(tiles, parts + 1) >= shortest:
         parts += 1
     return parts
 
@@ -190,12 +194,14 @@ def _wgrad_parts(tiles: int, per_chunk: int, target: int) -> int:
 def wgrad_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
     """WGRAD_WIDE_KNOBS for the batched product of a Winograd weight gradient (`winograd_cl_wgrad`'s D[xi] @ V[xi]^T
     in K chunks, as the scheduler lays it out: both operands (16, rows, tile columns), the chunks along the tile
-    columns) whose rows and columns are whole 128-row tiles and make WGRAD_WIDE_TARGET of them, else None (the
-    generic tile rule). The tensor-core tile heuristic asks this first, so `wgrad_plan`'s chunk count and these
-    tiles go together."""
-    if spec.batch % (ALPHA * ALPHA) or spec.m % 128 or spec.n % 128 or spec.conv is not None or spec.a_nchw:
+    columns) whose rows and columns are whole 128-row tiles and make WGRAD_WIDE_TARGET of them in chunks of at
+    least WGRAD_WIDE_MIN_CHUNK, else None (the generic tile rule). The tensor-core tile heuristic asks this first,
+    so `wgrad_plan`'s chunk count and these tiles go together."""
+    if spec.batch % (ALPHA * ALPHA) or spec.m % 128 or spec.n % 128 or spec.k < WGRAD_WIDE_MIN_CHUNK:
         return None
-    if spec.conv_t is not None or spec.batch * (spec.m // 128) * (spec.n // 128) < WGRAD_WIDE_TARGET:
+    if spec.conv is not None or spec.conv_t is not None or spec.a_nchw is not None:
+        return None
+    if spec.batch * (spec.m // 128) * (spec.n // 128) < WGRAD_WIDE_TARGET:
         return None
     parts = spec.batch // (ALPHA * ALPHA)
     tp = spec.k * parts

@@ -87,8 +87,8 @@ def test_winograd_weight_gradient_in_k_chunks(device: str, monkeypatch: pytest.M
 def test_auto_picks_wide_layers_in_chunks_of_whole_k_steps() -> None:
     """'auto' keeps layers with 64 output channels (or under 64 input ones) on the direct product and splits the
     others' tile columns into chunks of at least WGRAD_MIN_CHUNK (whole 32-column steps): with channels in whole
-    128s the fewest that make WGRAD_WIDE_TARGET 128x128 tiles, else (or where no such chunks make them) those that
-    make WGRAD_TILE_TARGET 64x64 tiles."""
+    128s the fewest that make WGRAD_WIDE_TARGET 128x128 tiles in chunks of WGRAD_WIDE_MIN_CHUNK or more, else (or
+    where no such chunks make them) those that make WGRAD_TILE_TARGET 64x64 tiles."""
     with settings.override(PLAIT_WINOGRAD_CL="auto"):
         assert winograd_cl.wgrad_plan(Window(64, 64, 56, 56, 3, 3, 1, 1, 1, 1), 64) is None
         assert winograd_cl.wgrad_plan(Window(64, 32, 112, 112, 3, 3, 1, 1, 1, 1), 128) is None
@@ -103,8 +103,10 @@ def test_auto_picks_wide_layers_in_chunks_of_whole_k_steps() -> None:
     with settings.override(PLAIT_WINOGRAD_CL="auto"):
         narrow = winograd_cl.wgrad_plan(Window(64, 64, 112, 112, 3, 3, 1, 1, 1, 1), 128)  # 64 input channels
         short = winograd_cl.wgrad_plan(Window(64, 128, 28, 28, 3, 3, 1, 1, 1, 1), 128)  # 12 chunks: 192 wide tiles
+        small = winograd_cl.wgrad_plan(Window(64, 512, 7, 7, 3, 3, 1, 1, 1, 1), 512)  # one chunk of 1024 columns
     assert narrow is not None and 16 * narrow.parts * 2 >= winograd_cl.WGRAD_TILE_TARGET > 16 * (narrow.parts - 1) * 2
     assert short is not None and short.parts == 12 and short.tp // short.parts >= winograd_cl.WGRAD_MIN_CHUNK
+    assert small is not None and small.parts == 1 and small.tp < winograd_cl.WGRAD_WIDE_MIN_CHUNK
     with settings.override(PLAIT_WINOGRAD_CL="off"):
         assert winograd_cl.wgrad_plan(Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1), 256) is None
     with settings.override(PLAIT_WINOGRAD_CL="fast"), pytest.raises(PlaitError, match="PLAIT_WINOGRAD_CL"):
@@ -150,12 +152,14 @@ def test_training_forward_shares_the_weight_gradients_input_tiles(device: str) -
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
-def test_wide_products_take_the_winograd_tile_rule(device: str) -> None:
-    """A weight gradient whose 16 products make WGRAD_WIDE_TARGET 128x128 tiles (512 channels in and out): the
-    scheduled GEMM is recognised by `wgrad_knobs`, which the tensor-core heuristic returns, and the gradient stays
-    right. The forward's Winograd product and a direct weight gradient keep the generic rule."""
+def test_wide_products_take_the_winograd_tile_rule(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A weight gradient whose 16 products make WGRAD_WIDE_TARGET 128x128 tiles (512 channels in and out; the
+    shortest chunk lowered to this tiny image's 32 columns): the scheduled GEMM is recognised by `wgrad_knobs`,
+    which the tensor-core heuristic returns, and the gradient stays right. The forward's Winograd product and a
+    direct weight gradient keep the generic rule."""
     from plait.tune import _tc_heuristic
 
+    monkeypatch.setattr(winograd_cl, "WGRAD_WIDE_MIN_CHUNK", 32)
     node, want = _weight_gradient(device, 1, 512, 512, 4, 4, 1, "2")
     plan = Plan([node])
     (spec,) = [it.gemm for it in plan.items if it.kind == "gemm"]
@@ -171,12 +175,14 @@ def test_wide_products_take_the_winograd_tile_rule(device: str) -> None:
 
 
 def test_wide_rule_checks_the_product_layout() -> None:
-    """`wgrad_knobs` takes only the chunked layout `winograd_cl_wgrad` gives its matmul (here 2 chunks of 1024
-    tile columns, both operands (16, rows, 2048)) with WGRAD_WIDE_TARGET 128x128 tiles; a shifted chunk, rows off
-    whole 128s or too few tiles are other products."""
-    a, b = (0, 512 * 2048, 2048, 1), (0, 512 * 2048, 1, 2048)
-    spec = gemm.GemmSpec(32, 512, 512, 1024, a, b, 2, 1024, 1024)
+    """`wgrad_knobs` takes only the chunked layout `winograd_cl_wgrad` gives its matmul (here 2 chunks of 3136
+    tile columns, both operands (16, rows, 6272)) with WGRAD_WIDE_TARGET 128x128 tiles; a shifted chunk, rows off
+    whole 128s, too few tiles or chunks under WGRAD_WIDE_MIN_CHUNK are other products."""
+    a, b = (0, 512 * 6272, 6272, 1), (0, 512 * 6272, 1, 6272)
+    spec = gemm.GemmSpec(32, 512, 512, 3136, a, b, 2, 3136, 3136)
     assert winograd_cl.wgrad_knobs(spec) == winograd_cl.WGRAD_WIDE_KNOBS  # 32 x 4 x 4 tiles
-    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, a_inner=1056)) is None
+    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, a_inner=3168)) is None
     assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, m=448)) is None
-    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, m=256, n=256, a=(0, 256 * 2048, 2048, 1))) is None
+    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, m=256, n=256, a=(0, 256 * 6272, 6272, 1))) is None
+    a, b = (0, 512 * 2048, 2048, 1), (0, 512 * 2048, 1, 2048)
+    assert winograd_cl.wgrad_knobs(gemm.GemmSpec(32, 512, 512, 1024, a, b, 2, 1024, 1024)) is None
