@@ -142,9 +142,10 @@ WGRAD_CHUNK_UNIT = 32  # chunks hold whole BK 32 steps, so no K edge is checked
 # that make WGRAD_WIDE_TARGET of them. H100, batch 64 (bench_wgrad_winograd_cl.py --sweep): 47-50 TFLOP/s from 256
 # such tiles (512x512 at 28x28 in 1, 2 and 4 chunks 2.17, 2.14, 2.14 ms; 256x256 at 56x56 in 4 chunks 2.12; 512x512
 # at 14x14 in one 0.56) against 36-38 in the 64x64 tiles the generic weight-gradient rule gives (2.73-2.82, 2.80,
-# 0.71); with 128 such tiles they reached 44 (KS 2), with 64 only 29. Their chunks hold at least WGRAD_WIDE_MIN_CHUNK
-# tile columns, the shortest one-chunk product swept (512x512 at 14x14): resnet's 512-channel 7x7 layers (one chunk
-# of 1024) keep 64x64 tiles, as their one step A/B did not show a gain (resnet18 b64 21.41 -> 21.81 ms, in its noise).
+# 0.71); with 128 such tiles they reached 44 (32x64 warps, KS 2), with 64 the 64x64 tiles won. Their chunks hold at
+# least WGRAD_WIDE_MIN_CHUNK tile columns, 512x512 at 14x14 in one chunk (its 4 chunks of 800 also won, 0.59 against
+# 0.70 ms): resnet's 512-channel 7x7 layers (one chunk of 1024) keep 64x64 tiles, as their one step A/B did not show
+# a gain (resnet18 b64 21.41 -> 21.81 ms, in its noise).
 WGRAD_WIDE_TARGET = 256
 WGRAD_WIDE_MIN_CHUNK = 3136
 WGRAD_WIDE_KNOBS = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
