@@ -2,7 +2,7 @@
 only how long a thread that reaches a team barrier first spins before it sleeps on a futex (TeamCell.spin), with
 ONNX Runtime's time beside them. Per spin: median replay time [q1, q3] and voluntary context switches per replay
 (each one a thread put to sleep and later woken). Spins take turns three replays at a time (the order reversed
-every round), ORT runs twice after each round, then a 20 ms pause (its threads spin after a run). `--cold` times
+every round), ORT runs twice after each round, then a pause of --settle seconds (20 ms; its threads spin after a run). `--cold` times
 one replay per turn right after ORT and the pause instead (weights back from memory, the team woken from sleep).
 `--fifo` runs every thread of the process at SCHED_FIFO priority 1 while it times (root only), which keeps the other
 jobs of a shared machine from preempting the replays; they still share its caches and memory.
@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--spins", default="0,60000", help="comma-separated spin times in ns")
     ap.add_argument("--cold", action="store_true")
+    ap.add_argument("--settle", type=float, default=0.02, help="seconds of pause after ORT's runs (its workers spin)")
     ap.add_argument("--fifo", action="store_true")
     args = ap.parse_args()
     spins = [int(s) for s in args.spins.split(",")]
@@ -87,7 +88,7 @@ def main() -> None:
                 team.cell.spin = s
             if args.cold:
                 run_ort()
-                time.sleep(0.02)
+                time.sleep(args.settle)
             else:
                 plan.run()
             for _ in range(1 if args.cold else 3):
@@ -97,7 +98,7 @@ def main() -> None:
         if not args.cold:
             run_ort()
             run_ort()
-            time.sleep(0.02)
+            time.sleep(args.settle)
     if args.fifo:
         scheduling(os.SCHED_OTHER, 0)
     out: dict[str, Any] = {
