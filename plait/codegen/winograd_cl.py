@@ -21,6 +21,10 @@ A training convolution's weight gradient runs the same algorithm backwards (`wgr
 `render_wgrad`): dW = G^T [sum over tiles of (A dy A^T) . V] G, the 16 products over the tiles on the same GEMM in K
 chunks. Its V is the forward's input transform, which the forward then takes instead of making its own
 (scheduler `_winograd_cl`).
+
+5x5 stride-1 convolutions run the same kernels as F(2,5) (a plan's `r` = 5): 6x6 input tiles and 36 products per
+2x2 outputs instead of 100, with V and M 9x the image and the output. A stride-1 5x5 layer's input gradient is a 5x5
+stride-1 convolution of dy with the flipped weight (`nn.functional._conv_vjp`), so it takes the forward's path.
 """
 
 from __future__ import annotations
@@ -34,7 +38,26 @@ from plait.codegen import gemm, winograd_c
 from plait.codegen.cstyle import RenderedKernel
 from plait.errors import PlaitError
 
-ALPHA = 4  # input tile edge of F(2, 3); 2x2 outputs per tile
+ALPHA = 4  # input tile edge of F(2, 3); 2x2 outputs per tile (a plan's `alpha` is 2 + r - 1 for r x r taps)
+# F(2, 5) for 5x5 taps: Cook-Toom points 0, 1, -1, 2, -2 and infinity, 6x6 input tiles, 36 products per 2x2 outputs
+# instead of 100. B^T is F(4, 3)'s (the same points); G carries the 1 / prod(p_j - p_l) factors, so the input and
+# output transforms stay in small integers. tests/unit/test_winograd_f25.py derives them again and checks
+# A^T [(G g) . (B^T d)] against the direct correlation exactly.
+F25: tuple[winograd_c._Mat, winograd_c._Mat, winograd_c._Mat] = (
+    winograd_c.TRANSFORMS[4][0],
+    winograd_c._mat(
+        [
+            ["1/4", 0, 0, 0, 0],
+            ["-1/6", "-1/6", "-1/6", "-1/6", "-1/6"],
+            ["-1/6", "1/6", "-1/6", "1/6", "-1/6"],
+            ["1/24", "1/12", "1/6", "1/3", "2/3"],
+            ["1/24", "-1/12", "1/6", "-1/3", "2/3"],
+            [0, 0, 0, 0, 1],
+        ]
+    ),
+    winograd_c._mat([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 1]]),
+)
+TRANSFORMS = {3: winograd_c.TRANSFORMS[2], 5: F25}  # (B^T, G, A^T) by filter size r
 MIN_CHANNELS = 128  # 'auto': fewer input or output channels stay on the implicit GEMM (transform traffic ~ 1/C)
 MIN_TILES = 1024  # 'auto': fewest tiles (images x tile rows x tile columns); resnet's 7x7 layers at batch 64 have 1024
 # 'auto' at batch 1: 56x56 outputs and up, or 28x28 with 512 channels (vgg16's layers from 112x112 to 28x28: its b1
@@ -44,6 +67,12 @@ MIN_TILES_ONE_IMAGE = 784
 MIN_TILES_ONE_IMAGE_WIDE = 196  # with at least WIDE channels in and out
 WIDE = 512
 LOCAL = 128  # work-items per work-group of the transform kernels
+# 'auto' for 5x5 layers (forward, input gradient and weight gradient): F(2, 5)'s V and M hold 9x the image and the
+# output, so only layers with R5_MIN_CHANNELS channels in and out and R5_MIN_TILES tiles (alexnet's 64 -> 192 at
+# 27x27 has 12544 at batch 64)
+R5_AUTO = True
+R5_MIN_CHANNELS = 64
+R5_MIN_TILES = 4096
 
 
 @dataclass(frozen=True)
@@ -65,7 +94,17 @@ class WinogradCLPlan:
     w_view: tuple[int, int, int]
     fold: bool = False  # the output is laid out (K, N, OH*OW), a training convolution's folded product
     pad: int = 4  # V's tile columns are padded to a multiple of this (float4 loads; whole K chunks for `wgrad_plan`)
-    parts: int = 1  # K chunks of a weight gradient's 16 products over the tiles (`wgrad_plan`)
+    parts: int = 1  # K chunks of a weight gradient's alpha^2 products over the tiles (`wgrad_plan`)
+    r: int = 3  # filter taps r x r: F(2, r) with alpha x alpha input tiles
+
+    @property
+    def alpha(self) -> int:
+        return 2 + self.r - 1
+
+    @property
+    def xis(self) -> int:
+        """The number of products (alpha^2), one per transformed tile position."""
+        return self.alpha * self.alpha
 
     @property
     def th(self) -> int:
@@ -86,16 +125,16 @@ class WinogradCLPlan:
 
     @property
     def u_shape(self) -> tuple[int, int, int]:
-        return (ALPHA * ALPHA, self.k, self.c)
+        return (self.xis, self.k, self.c)
 
     @property
     def v_shape(self) -> tuple[int, int, int]:
-        return (ALPHA * ALPHA, self.c, self.tp)
+        return (self.xis, self.c, self.tp)
 
     def gemm_spec(self) -> gemm.GemmSpec:
-        """The 16 products M[xi] (K, T) = U[xi] (K, C) @ V[xi] (C, T) as one batched GEMM."""
+        """The alpha^2 products M[xi] (K, T) = U[xi] (K, C) @ V[xi] (C, T) as one batched GEMM."""
         k, c, tp = self.k, self.c, self.tp
-        return gemm.GemmSpec(ALPHA * ALPHA, k, tp, c, (0, k * c, c, 1), (0, c * tp, tp, 1))
+        return gemm.GemmSpec(self.xis, k, tp, c, (0, k * c, c, 1), (0, c * tp, tp, 1))
 
 
 def _mode(win: Any, k: int) -> str:
@@ -103,7 +142,7 @@ def _mode(win: Any, k: int) -> str:
     mode = str(settings.get("PLAIT_WINOGRAD_CL"))
     if mode not in ("off", "auto", "2"):
         raise PlaitError(
-            f"3x3 convolution {win.n}x{win.c}x{win.h}x{win.w} -> {k} channels on OpenCL:"
+            f"{win.kh}x{win.kw} convolution {win.n}x{win.c}x{win.h}x{win.w} -> {k} channels on OpenCL:"
             f" PLAIT_WINOGRAD_CL={mode!r} is not one of auto, off, 2; unset it for the per-layer choice"
         )
     return mode
@@ -112,11 +151,12 @@ def _mode(win: Any, k: int) -> str:
 def pick(spec: Any) -> WinogradCLPlan | None:
     """A Winograd plan for the implicit-convolution GEMM `spec`, or None where the implicit GEMM runs it.
 
-    PLAIT_WINOGRAD_CL: 'auto' (the default) those with at least MIN_CHANNELS input and output channels and MIN_TILES
-    tiles (for one image: MIN_TILES_ONE_IMAGE, or MIN_TILES_ONE_IMAGE_WIDE with WIDE channels); 'off' never; '2' every
-    eligible convolution."""
+    PLAIT_WINOGRAD_CL: 'auto' (the default) 3x3 ones with at least MIN_CHANNELS input and output channels and
+    MIN_TILES tiles (for one image: MIN_TILES_ONE_IMAGE, or MIN_TILES_ONE_IMAGE_WIDE with WIDE channels) and 5x5 ones
+    as `_auto5` says; 'off' never; '2' every eligible convolution."""
     fold = _folded(spec)
-    if not fold and (spec.conv is None or not winograd_c.eligible(spec) or spec.inner not in (1, spec.batch)):
+    r = fold or _taps(spec)
+    if not r or (not fold and spec.inner not in (1, spec.batch)):
         return None
     win = spec.conv
     mode = _mode(win, spec.m)
@@ -124,10 +164,13 @@ def pick(spec: Any) -> WinogradCLPlan | None:
     # folded product's columns run over the images of one NCHW buffer
     image = (0, win.c * win.h * win.w) if fold else (spec.b[0], spec.b[1] if spec.inner == 1 else spec.b_inner)
     plan = WinogradCLPlan(
-        win.n, win.c, spec.m, win.h, win.w, win.oh, win.ow, win.ph, win.pw, image, (spec.a[0], *spec.a[2:]), fold
+        win.n, win.c, spec.m, win.h, win.w, win.oh, win.ow, win.ph, win.pw, image, (spec.a[0], *spec.a[2:]), bool(fold)
     )
+    plan = replace(plan, r=r) if r != 3 else plan
     if mode == "off":
         return None
+    if r == 5:
+        return plan if mode == "2" or _auto5(win.c, spec.m, plan.tiles) else None
     wide = min(win.c, spec.m) >= WIDE
     fewest = MIN_TILES if win.n > 1 else MIN_TILES_ONE_IMAGE_WIDE if wide else MIN_TILES_ONE_IMAGE
     if mode == "auto" and (min(win.c, spec.m) < MIN_CHANNELS or plan.tiles < fewest):
@@ -166,20 +209,24 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     That is 16 multiplies per channel pair and 2x2 outputs where the direct product does 36. PLAIT_WINOGRAD_CL
     decides as for the forward: 'auto' with MIN_CHANNELS output and WGRAD_MIN_IN input channels and MIN_TILES
     tiles, 'off' never, '2' always."""
-    if (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) != (3, 3, 1, 1, 1, 1) or win.ph > 2 or win.pw > 2:
+    r = _square(win)
+    if not r:
         return None
     mode = _mode(win, k)
     base = WinogradCLPlan(
         win.n, win.c, k, win.h, win.w, win.oh, win.ow, win.ph, win.pw, (0, win.c * win.h * win.w), (0, 0, 1)
     )
+    base = replace(base, r=r) if r != 3 else base
     narrow = k < MIN_CHANNELS or win.c < WGRAD_MIN_IN
     if mode == "off" or (mode == "auto" and (narrow or base.tiles < MIN_TILES)):
         return None
-    wide = ALPHA * ALPHA * (k // 128) * (win.c // 128) if k % 128 == 0 and win.c % 128 == 0 else 0
+    if r == 5 and mode == "auto" and not _auto5(win.c, k, base.tiles):
+        return None
+    wide = base.xis * (k // 128) * (win.c // 128) if k % 128 == 0 and win.c % 128 == 0 else 0
     parts = _wgrad_parts(base.tiles, wide, WGRAD_WIDE_TARGET, WGRAD_WIDE_MIN_CHUNK) if wide else 0
     if parts * wide < WGRAD_WIDE_TARGET or _chunk(base.tiles, max(parts, 1)) < WGRAD_WIDE_MIN_CHUNK:
         # too few 128x128 tiles or too short chunks: 64x64 ones (the generic weight-gradient rule)
-        parts = _wgrad_parts(base.tiles, ALPHA * ALPHA * -(-k // 64) * -(-win.c // 64), WGRAD_TILE_TARGET)
+        parts = _wgrad_parts(base.tiles, base.xis * -(-k // 64) * -(-win.c // 64), WGRAD_TILE_TARGET)
     return replace(base, pad=WGRAD_CHUNK_UNIT * parts, parts=parts)
 
 
@@ -221,24 +268,40 @@ def _chunk(tiles: int, parts: int) -> int:
     return -(-tiles // (parts * WGRAD_CHUNK_UNIT)) * WGRAD_CHUNK_UNIT
 
 
-def _folded(spec: Any) -> bool:
-    """True for the forward of a training convolution that Winograd can run with the batch folded into the
-    columns (`Window.fold`: one product, the weight times every image's patch columns, out as (K, N, OH*OW)): 3x3
-    taps, stride 1, no dilation, one group, the weight read as (K, C*9) rows, the images gathered from one buffer."""
+def _auto5(c: int, k: int, tiles: int) -> bool:
+    """'auto' for a 5x5 layer (F(2, 5)): at least R5_MIN_CHANNELS input and output channels and R5_MIN_TILES tiles."""
+    return R5_AUTO and min(c, k) >= R5_MIN_CHANNELS and tiles >= R5_MIN_TILES
+
+
+def _square(win: Any) -> int:
+    """The filter size r of a stride-1, undilated convolution with r x r taps that F(2, r) exists for (3 or 5) and
+    padding below r, else 0."""
+    r = win.kh
+    if win.kw != r or r not in TRANSFORMS or (win.sh, win.sw, win.dh, win.dw) != (1, 1, 1, 1):
+        return 0
+    return r if win.ph <= r - 1 and win.pw <= r - 1 else 0
+
+
+def _taps(spec: Any) -> int:
+    """The filter size r when `spec` (a GemmSpec) is an implicit-GEMM convolution Winograd can run per image (as
+    winograd_c.eligible says for 3x3: one group, a weight shared by every image and read as (K, C*r*r) rows), else 0."""
     win = spec.conv
-    if win is None or not win.fold or (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) != (3, 3, 1, 1, 1, 1):
-        return False
+    r = _square(win) if win is not None and not win.fold else 0
+    _, sab, sam, sak = spec.a
+    ok = spec.batch == win.n and spec.n == win.oh * win.ow and spec.k == win.c * r * r if r else False
+    return r if ok and sab == 0 and spec.a_inner == 0 and sak == 1 and sam >= spec.k else 0
+
+
+def _folded(spec: Any) -> int:
+    """The filter size r for the forward of a training convolution that Winograd can run with the batch folded into
+    the columns (`Window.fold`: one product, the weight times every image's patch columns, out as (K, N, OH*OW)):
+    3x3 or 5x5 taps, stride 1, no dilation, one group, the weight read as (K, C*r*r) rows, the images gathered from
+    one buffer; else 0."""
+    win = spec.conv
+    r = _square(win) if win is not None and win.fold else 0
     _, _, sam, sak = spec.a
-    return (
-        spec.batch == 1
-        and spec.n == win.n * win.oh * win.ow
-        and spec.k == win.c * 9
-        and sak == 1
-        and sam >= spec.k
-        and spec.b == (0, 0, 0, 0)
-        and win.ph <= 2
-        and win.pw <= 2
-    )
+    ok = spec.batch == 1 and spec.n == win.n * win.oh * win.ow and spec.k == win.c * r * r if r else False
+    return r if ok and sak == 1 and sam >= spec.k and spec.b == (0, 0, 0, 0) else 0
 
 
 def _idx(*sizes: int) -> str:
@@ -256,49 +319,54 @@ def _sandwich(mat: winograd_c._Mat, src: list[list[str]], tmp: str) -> tuple[str
     return "\n".join(lines) + "\n", out
 
 
+def _stem(base: str, p: WinogradCLPlan) -> str:
+    """A kernel's name stem: F(2, 3)'s as it always was, F(2, 5)'s with an R5 suffix."""
+    return base if p.r == 3 else f"{base}R5"
+
+
 def _grid(cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (-(-cols // LOCAL) * LOCAL,), (LOCAL,)
 
 
 def render_weight(p: WinogradCLPlan) -> RenderedKernel:
     """U[xi][k][c] = (G w[k, c] G^T)[xi], one work-item per (k, c) from the (K, C*9) weight view."""
-    _, g, _ = winograd_c.TRANSFORMS[2]
-    ao, sam, sak = p.w_view
-    it = _idx(p.k * p.c * 16, ao + p.k * sam)
-    src = [[f"w[{(u * 3 + v) * sak}]" for v in range(3)] for u in range(3)]
+    _, g, _ = TRANSFORMS[p.r]
+    ao, sam, sak, r, al = *p.w_view, p.r, p.alpha
+    it = _idx(p.k * p.c * p.xis, ao + p.k * sam)
+    src = [[f"w[{(u * r + v) * sak}]" for v in range(r)] for u in range(r)]
     body, out = _sandwich(g, src, "u")
     stores = "".join(
-        f"  U[{a * ALPHA + b} * {p.k * p.c}{'L' if it == 'long' else ''} + q] = {out[a][b]};\n"
-        for a in range(ALPHA)
-        for b in range(ALPHA)
+        f"  U[{a * al + b} * {p.k * p.c}{'L' if it == 'long' else ''} + q] = {out[a][b]};\n"
+        for a in range(al)
+        for b in range(al)
     )
     src_text = f"""__kernel void KERNEL_NAME(__global float* restrict U, __global const float* restrict W) {{
   const {it} q = get_global_id(0);
   if (q >= {p.k * p.c}) return;
   const {it} k = q / {p.c}, c = q % {p.c};
-  __global const float* w = W + {ao} + k * {sam} + c * {9 * sak};
+  __global const float* w = W + {ao} + k * {sam} + c * {r * r * sak};
 {body}{stores}}}
 """
-    return _named(f"WINOW2_{p.k}x{p.c}", src_text, *_grid(p.k * p.c))
+    return _named(f"{_stem('WINOW2', p)}_{p.k}x{p.c}", src_text, *_grid(p.k * p.c))
 
 
 def render_input(p: WinogradCLPlan) -> RenderedKernel:
     """V[xi][c][t] = (B^T d B)[xi] of the 4x4 input tile d of tile t in channel c (zeros outside the image and for
     the padding columns t >= T), one work-item per (t, c): neighbouring work-items write neighbouring columns."""
-    bt, _, _ = winograd_c.TRANSFORMS[2]
-    xo, xs = p.x_view
-    it = _idx(16 * p.c * p.tp, xo + p.n * xs)
+    bt, _, _ = TRANSFORMS[p.r]
+    xo, xs, al = *p.x_view, p.alpha
+    it = _idx(p.xis * p.c * p.tp, xo + p.n * xs)
     per = p.th * p.tw
     loads = "".join(
         f"  const float d{u}_{v} = (t < {p.tiles} && (uint)(y0 + {u}) < {p.h}u && (uint)(x0 + {v}) < {p.w}u)"
         f" ? X[o + (y0 + {u}) * {p.w} + x0 + {v}] : 0.0f;\n"
-        for u in range(ALPHA)
-        for v in range(ALPHA)
+        for u in range(al)
+        for v in range(al)
     )
-    body, out = _sandwich(bt, [[f"d{u}_{v}" for v in range(ALPHA)] for u in range(ALPHA)], "v")
+    body, out = _sandwich(bt, [[f"d{u}_{v}" for v in range(al)] for u in range(al)], "v")
     plane = f"{p.c * p.tp}{'L' if it == 'long' else ''}"
     stores = "".join(
-        f"  V[{a * ALPHA + b} * {plane} + c * {p.tp} + t] = {out[a][b]};\n" for a in range(ALPHA) for b in range(ALPHA)
+        f"  V[{a * al + b} * {plane} + c * {p.tp} + t] = {out[a][b]};\n" for a in range(al) for b in range(al)
     )
     src_text = f"""__kernel void KERNEL_NAME(__global float* restrict V, __global const float* restrict X) {{
   const {it} t = get_global_id(0), c = get_global_id(1);
@@ -310,23 +378,21 @@ def render_input(p: WinogradCLPlan) -> RenderedKernel:
 {loads}{body}{stores}}}
 """
     gs, ls = _grid(p.tp)
-    return _named(f"WINOIN2_{p.n}x{p.c}x{p.h}x{p.w}", src_text, (gs[0], p.c), (ls[0], 1))
+    return _named(f"{_stem('WINOIN2', p)}_{p.n}x{p.c}x{p.h}x{p.w}", src_text, (gs[0], p.c), (ls[0], 1))
 
 
 def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> RenderedKernel:
     """The output transform Y = A^T M A of each tile t and output channel gm from the 16 products M (16, K, T),
     then `epi` on each of the tile's 2x2 outputs inside the image, stored in NCHW order ((K, N, OH*OW) with
     `fold`)."""
-    _, _, at = winograd_c.TRANSFORMS[2]
-    plane, positions = p.k * p.tp, p.oh * p.ow
-    it = _idx(16 * plane, p.n * p.k * positions)
+    _, _, at = TRANSFORMS[p.r]
+    plane, positions, al = p.k * p.tp, p.oh * p.ow, p.alpha
+    it = _idx(p.xis * plane, p.n * p.k * positions)
     lit = "L" if it == "long" else ""
     loads = "".join(
-        f"  const float m{u}_{v} = M[{u * ALPHA + v} * {plane}{lit} + mo];\n"
-        for u in range(ALPHA)
-        for v in range(ALPHA)
+        f"  const float m{u}_{v} = M[{u * al + v} * {plane}{lit} + mo];\n" for u in range(al) for v in range(al)
     )
-    body, out = _sandwich(at, [[f"m{u}_{v}" for v in range(ALPHA)] for u in range(ALPHA)], "o")
+    body, out = _sandwich(at, [[f"m{u}_{v}" for v in range(al)] for u in range(al)], "o")
     index = f"(gm * {p.n} + bz) * {positions}{lit} + gp" if p.fold else f"(bz * {p.k} + gm) * {positions}{lit} + gp"
     coords = gemm._tile_coords(epi.root.shape, p.n, p.k, positions, "gm", "gp") if epi and not p.fold else None
     stmts, res, params = gemm._epi(r, epi, "v", index, "      ", it, coords)
@@ -346,8 +412,8 @@ def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> Rende
 }}
 """
     gs, ls = _grid(p.tiles)
-    stem = "WINOOUT2F" if p.fold else "WINOOUT2"
-    return _named(f"{stem}_{p.n}x{p.k}x{positions}x{p.c * 9}", src_text, (gs[0], p.k), (ls[0], 1))
+    stem = _stem("WINOOUT2F" if p.fold else "WINOOUT2", p)
+    return _named(f"{stem}_{p.n}x{p.k}x{positions}x{p.c * p.r * p.r}", src_text, (gs[0], p.k), (ls[0], 1))
 
 
 def _transposed(mat: winograd_c._Mat) -> winograd_c._Mat:
@@ -358,9 +424,9 @@ def _transposed(mat: winograd_c._Mat) -> winograd_c._Mat:
 def render_dy(p: WinogradCLPlan) -> RenderedKernel:
     """D[xi][k][t] = (A g A^T)[xi] of the 2x2 output-gradient tile g of tile t in channel k (the (N, K, OH, OW)
     gradient; zeros outside the output and for the padding columns t >= T), one work-item per (t, k)."""
-    _, _, at = winograd_c.TRANSFORMS[2]
-    positions = p.oh * p.ow
-    it = _idx(16 * p.k * p.tp, p.n * p.k * positions)
+    _, _, at = TRANSFORMS[p.r]
+    positions, al = p.oh * p.ow, p.alpha
+    it = _idx(p.xis * p.k * p.tp, p.n * p.k * positions)
     loads = "".join(
         f"  const float g{u}_{v} = (t < {p.tiles} && oy + {u} < {p.oh} && ox + {v} < {p.ow})"
         f" ? G[o + (oy + {u}) * {p.ow} + ox + {v}] : 0.0f;\n"
@@ -370,7 +436,7 @@ def render_dy(p: WinogradCLPlan) -> RenderedKernel:
     body, out = _sandwich(_transposed(at), [[f"g{u}_{v}" for v in range(2)] for u in range(2)], "d")
     plane = f"{p.k * p.tp}{'L' if it == 'long' else ''}"
     stores = "".join(
-        f"  D[{a * ALPHA + b} * {plane} + k * {p.tp} + t] = {out[a][b]};\n" for a in range(ALPHA) for b in range(ALPHA)
+        f"  D[{a * al + b} * {plane} + k * {p.tp} + t] = {out[a][b]};\n" for a in range(al) for b in range(al)
     )
     src_text = f"""__kernel void KERNEL_NAME(__global float* restrict D, __global const float* restrict G) {{
   const {it} t = get_global_id(0), k = get_global_id(1);
@@ -381,26 +447,26 @@ def render_dy(p: WinogradCLPlan) -> RenderedKernel:
 {loads}{body}{stores}}}
 """
     gs, ls = _grid(p.tp)
-    return _named(f"WINODY2_{p.n}x{p.k}x{p.oh}x{p.ow}", src_text, (gs[0], p.k), (ls[0], 1))
+    return _named(f"{_stem('WINODY2', p)}_{p.n}x{p.k}x{p.oh}x{p.ow}", src_text, (gs[0], p.k), (ls[0], 1))
 
 
 def render_wgrad(p: WinogradCLPlan) -> RenderedKernel:
     """dW[k][c] = G^T M G of the 16 products M[xi][k][c], each the sum of its `parts` K chunks in chunk order (the
     partial products laid out (16, parts, K, C)), stored as the (K, C, 3, 3) weight gradient; one work-item per
     (k, c)."""
-    _, g, _ = winograd_c.TRANSFORMS[2]
-    kc = p.k * p.c
-    it = _idx(16 * p.parts * kc, 9 * kc)
+    _, g, _ = TRANSFORMS[p.r]
+    kc, r, al = p.k * p.c, p.r, p.alpha
+    it = _idx(p.xis * p.parts * kc, r * r * kc)
     lit = "L" if it == "long" else ""
-    names = [[f"m{u}_{v}" for v in range(ALPHA)] for u in range(ALPHA)]
-    zeros = "".join(f"  float {names[u][v]} = 0.0f;\n" for u in range(ALPHA) for v in range(ALPHA))
+    names = [[f"m{u}_{v}" for v in range(al)] for u in range(al)]
+    zeros = "".join(f"  float {names[u][v]} = 0.0f;\n" for u in range(al) for v in range(al))
     sums = "".join(
-        f"    {names[u][v]} += P[({(u * ALPHA + v) * p.parts} + s) * {kc}{lit} + q];\n"
-        for u in range(ALPHA)
-        for v in range(ALPHA)
+        f"    {names[u][v]} += P[({(u * al + v) * p.parts} + s) * {kc}{lit} + q];\n"
+        for u in range(al)
+        for v in range(al)
     )
     body, out = _sandwich(_transposed(g), names, "w")
-    stores = "".join(f"  W[q * 9 + {a * 3 + b}] = {out[a][b]};\n" for a in range(3) for b in range(3))
+    stores = "".join(f"  W[q * {r * r} + {a * r + b}] = {out[a][b]};\n" for a in range(r) for b in range(r))
     src_text = f"""__kernel void KERNEL_NAME(__global float* restrict W, __global const float* restrict P) {{
   const {it} q = get_global_id(0);
   if (q >= {kc}) return;
@@ -408,4 +474,4 @@ def render_wgrad(p: WinogradCLPlan) -> RenderedKernel:
 {sums}  }}
 {body}{stores}}}
 """
-    return _named(f"WINOWG2_{p.k}x{p.c}x{p.parts}", src_text, *_grid(kc))
+    return _named(f"{_stem('WINOWG2', p)}_{p.k}x{p.c}x{p.parts}", src_text, *_grid(kc))

@@ -416,7 +416,7 @@ def _conv_vjp(
     pointwise = (kh, kw, win.sh, win.sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)
     pointwise = pointwise and folded and g == 1 and x.node.device.startswith("opencl") and _views_of(cols.node, x.node)
     transposed = transposed or pointwise
-    # OpenCL: a float32 3x3 stride-1 weight gradient by Winograd F(2,3) where `wgrad_plan` picks it (wide layers)
+    # OpenCL: a float32 3x3 (5x5) stride-1 weight gradient by Winograd F(2,3) (F(2,5)) where `wgrad_plan` picks it
     on_cl = folded and g == 1 and x.node.device.startswith("opencl") and weight.requires_grad
     on_cl = on_cl and x.node.dtype == dtypes.float32
     wino_w = wgrad_plan(win, co) if on_cl else None

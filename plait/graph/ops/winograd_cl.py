@@ -1,5 +1,5 @@
 """The OpenCL Winograd transforms around the batched GEMM (plait/codegen/winograd_cl.py): nodes the scheduler adds
-when it runs a convolution with Winograd's F(2,3) on an OpenCL device, and the weight gradient of a training
+when it runs a convolution with Winograd's F(2,3) or F(2,5) on an OpenCL device, and the weight gradient of a training
 convolution that `nn.functional`'s convolution gradient builds with them (`winograd_cl_wgrad`). They never appear
 in a user's graph, so they have no gradient."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from plait.codegen import winograd_cl
 from plait.codegen.cstyle import RenderedKernel
-from plait.codegen.winograd_cl import ALPHA, wgrad_plan
+from plait.codegen.winograd_cl import wgrad_plan
 from plait.errors import ShapeError, UnsupportedError
 from plait.graph.node import Node
 from plait.graph.ops import OpDef, register
@@ -20,32 +20,33 @@ __all__ = ["wgrad_plan", "winograd_cl_input", "winograd_cl_weight", "winograd_cl
 
 
 def winograd_cl_weight(weight: Node, plan: winograd_cl.WinogradCLPlan) -> Node:
-    """U = G w G^T per (output, input) channel pair of the weight root `weight`, laid out (16, K, C)."""
+    """U = G w G^T per (output, input) channel pair of the weight root `weight`, laid out (alpha^2, K, C)."""
     return Node("winograd_cl_weight", (weight,), plan, plan.u_shape, weight.dtype, weight.device)
 
 
 def winograd_cl_input(image: Node, plan: winograd_cl.WinogradCLPlan) -> Node:
-    """V = B^T d B per 4x4 tile d of the image root `image`, laid out (16, C, tiles padded to 4)."""
+    """V = B^T d B per alpha x alpha tile d of the image root `image`, laid out (alpha^2, C, padded tiles)."""
     return Node("winograd_cl_input", (image,), plan, plan.v_shape, image.dtype, image.device)
 
 
 def winograd_cl_wgrad(dy: Node, x: Node, plan: winograd_cl.WinogradCLPlan) -> Node:
-    """The (K, C, 3, 3) weight gradient of a 3x3 stride-1 convolution of `x` (N, C, H, W) with output gradient `dy`
-    (N, K, OH, OW) by Winograd F(2,3) (`winograd_cl.wgrad_plan`): the transforms of dy's 2x2 tiles D (16, K, T)
-    and of x's 4x4 tiles V (16, C, T), the 16 products D[xi] @ V[xi]^T as one batched GEMM in `plan.parts` K
-    chunks (both operands read along the tiles in place), and the kernel that sums the chunks and transforms back."""
+    """The (K, C, r, r) weight gradient of an r x r stride-1 convolution of `x` (N, C, H, W) with output gradient
+    `dy` (N, K, OH, OW) by Winograd F(2,r) (`winograd_cl.wgrad_plan`; alpha = r + 1): the transforms of dy's 2x2
+    tiles D (alpha^2, K, T) and of x's alpha x alpha tiles V (alpha^2, C, T), the alpha^2 products D[xi] @ V[xi]^T
+    as one batched GEMM in `plan.parts` K chunks (both operands read along the tiles in place), and the kernel that
+    sums the chunks and transforms back."""
     p = plan
     if dy.shape != (p.n, p.k, p.oh, p.ow) or x.shape != (p.n, p.c, p.h, p.w):
         raise ShapeError(
             f"winograd_cl_wgrad: output gradient {dy.shape} and input {x.shape} do not match the plan's"
             f" {(p.n, p.k, p.oh, p.ow)} and {(p.n, p.c, p.h, p.w)}; make the plan from the convolution's window"
         )
-    xis, parts, kc = ALPHA * ALPHA, p.parts, p.tp // p.parts
+    xis, parts, kc = p.xis, p.parts, p.tp // p.parts
     d = Node("winograd_cl_dy", (dy,), p, (xis, p.k, p.tp), dy.dtype, dy.device)
     v = winograd_cl_input(x, p)
     a = permute(reshape(d, (xis, p.k, parts, kc)), (0, 2, 1, 3))  # (16, parts, K, chunk)
     b = permute(reshape(v, (xis, p.c, parts, kc)), (0, 2, 3, 1))  # (16, parts, chunk, C)
-    return Node("winograd_cl_wgrad", (matmul(a, b),), p, (p.k, p.c, 3, 3), dy.dtype, dy.device)
+    return Node("winograd_cl_wgrad", (matmul(a, b),), p, (p.k, p.c, p.r, p.r), dy.dtype, dy.device)
 
 
 def _only_opencl(r: Any, out: Node) -> None:

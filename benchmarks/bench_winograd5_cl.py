@@ -1,0 +1,104 @@
+"""A 5x5 stride-1 training convolution on an OpenCL device, direct (implicit GEMM, columns product) against Winograd
+F(2,5) (plait/codegen/winograd_cl.py with r = 5): the forward, the input gradient and the weight gradient each
+compiled alone and profiled kernel by kernel (the device's profiling events), then the three in one plan (where
+the forward takes the weight gradient's input transform), and each result's max error against PyTorch in float64
+relative to the reference's largest magnitude.
+
+The default layer is alexnet's 5x5 one (64 -> 192 channels, 27x27, padding 2). The graph is that of
+sum(conv2d(x, w, padding) * g) with x and w requiring gradients, as `_conv_vjp` builds it in a training step;
+PLAIT_WINOGRAD_CL=off is the direct form, =2 Winograd everywhere.
+
+    tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --device opencl:0 --batch 64
+    PLAIT_TEST_DEVICES=opencl:0 python3 benchmarks/bench_winograd5_cl.py --batch 2 --reps 1   # rounding on PoCL
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+import plait
+import plait.nn.functional as F
+from plait import dtypes, settings
+from plait.graph import autodiff
+from plait.graph.node import Node
+from plait.schedule.plan import Plan
+from plait.schedule.profile import profile_plan
+
+
+def _graphs(device: str, c: int, k: int, hw: int, pad: int, batch: int, mode: str, seed: int = 0):
+    """(out, dx, dw) nodes of the layer's training graph under PLAIT_WINOGRAD_CL=`mode`, its x, w and g input
+    placeholders (so no transform of them is a plan constant, as in a training step) and their values."""
+    rng = np.random.default_rng(seed)
+    xa = rng.standard_normal((batch, c, hw, hw)).astype(np.float32)
+    wa = (rng.standard_normal((k, c, 5, 5)) / np.sqrt(25 * c)).astype(np.float32)
+    oh = hw + 2 * pad - 4
+    ga = rng.standard_normal((batch, k, oh, oh)).astype(np.float32)
+    inputs = [Node("input", (), None, a.shape, dtypes.float32, device) for a in (xa, wa, ga)]
+    for node in inputs[:2]:
+        node.rg = True
+    x, w, g = (plait.Tensor(node) for node in inputs)
+    with settings.override(PLAIT_WINOGRAD_CL=mode):
+        out = F.conv2d(x, w, padding=pad)
+        loss = (out * g).sum()
+        seed_node = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+        grads = autodiff.gradients(loss.node, seed_node, [x.node, w.node])
+    return (out.node, grads[x.node.uid], grads[w.node.uid]), inputs, (xa, wa, ga)
+
+
+def _reference(xa: np.ndarray, wa: np.ndarray, ga: np.ndarray, pad: int) -> list[np.ndarray]:
+    """PyTorch's output, input gradient and weight gradient in float64 (on CUDA where there is one)."""
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.tensor(xa, dtype=torch.float64, device=dev, requires_grad=True)
+    w = torch.tensor(wa, dtype=torch.float64, device=dev, requires_grad=True)
+    out = torch.nn.functional.conv2d(x, w, padding=pad)
+    (out * torch.tensor(ga, dtype=torch.float64, device=dev)).sum().backward()
+    assert x.grad is not None and w.grad is not None
+    return [out.detach().cpu().numpy(), x.grad.cpu().numpy(), w.grad.cpu().numpy()]
+
+
+def _kinds(plan: Plan, reps: int) -> tuple[float, str]:
+    """Total median kernel time (seconds) of `plan` and its kernels' times by kind, e.g. 'WINOIN2R5 0.041'."""
+    report = profile_plan(plan, reps=reps)
+    by: dict[str, float] = defaultdict(float)
+    for s in report.kernels:
+        m = re.match(r"[A-Z0-9]+", s.name)
+        by[m.group(0) if m else s.name] += s.time_s
+    return sum(by.values()), ", ".join(f"{n} {t * 1e3:.3f}" for n, t in by.items())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="opencl:0")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--layer", default="64x192x27", help="CxKxHW of the 5x5 layer (padding 2)")
+    ap.add_argument("--pad", type=int, default=2)
+    args = ap.parse_args()
+    c, k, hw = (int(v) for v in args.layer.split("x"))
+    print(f"5x5 layer {c} -> {k} at {hw}x{hw}, padding {args.pad}, batch {args.batch}; median of {args.reps} (ms)")
+    print("| part | mode | kernel time | kernels | max error / max |")
+    print("|---|---|---|---|---|")
+    for mode in ("off", "2"):
+        nodes, inputs, data = _graphs(args.device, c, k, hw, args.pad, args.batch, mode)
+        refs = _reference(*data, args.pad)
+        for name, node, ref in zip(("forward", "input gradient", "weight gradient"), nodes, refs, strict=True):
+            with settings.override(PLAIT_WINOGRAD_CL=mode):
+                plan = Plan([node], inputs)
+            (got,) = plan(*data)
+            err = float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
+            total, kinds = _kinds(plan, args.reps)
+            print(f"| {name} | {mode} | {total * 1e3:.3f} | {kinds} | {err:.2e} |", flush=True)
+        with settings.override(PLAIT_WINOGRAD_CL=mode):
+            plan = Plan(list(nodes), inputs)
+        plan(*data)
+        total, kinds = _kinds(plan, args.reps)
+        print(f"| all three, one plan | {mode} | {total * 1e3:.3f} | {kinds} | |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Winograd F(2,5) for 5x5 stride-1 convolutions on OpenCL (plait/codegen/winograd_cl.py with r = 5: 6x6 input
+tiles, 36 products per 2x2 outputs) against PyTorch in float64: the forward with a fused epilogue, the training
+convolution's forward (batch folded), input gradient (a 5x5 convolution of dy with the flipped weight, which takes
+the same path) and weight gradient, and the per-layer choice of PLAIT_WINOGRAD_CL.
+
+Tolerance: F(2,5)'s transforms mix up to 6 inputs with coefficients up to 5 (B^T) and 2/3 (G), so FP32 rounding
+grows past F(2,3)'s: within TOL times the largest magnitude of the float64 reference (the direct product meets
+about 1e-6 of it on the same data, F(2,5) a few times that)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from plait import settings
+from plait.codegen import winograd_cl
+from plait.codegen.gemm import GemmSpec
+from plait.graph import autodiff
+from plait.graph.ops.conv import Window
+from plait.schedule.plan import Plan
+from tests.conftest import DEVICES
+
+CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
+TOL = 3e-5
+
+
+def _data(n: int, c: int, k: int, h: int, w: int, pad: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = (rng.standard_normal((k, c, 5, 5)) / np.sqrt(25 * c)).astype(np.float32)
+    b = rng.standard_normal(k).astype(np.float32)
+    g = rng.standard_normal((n, k, h + 2 * pad - 4, w + 2 * pad - 4)).astype(np.float32)
+    return x, wt, b, g
+
+
+def _check(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    scale = float(np.abs(want).max())
+    err = float(np.abs(got.astype(np.float64) - want).max())
+    assert err <= TOL * scale, f"{what}: max error {err:.3g} > {TOL} x {scale:.3g}"
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize(
+    "geo",
+    [(2, 6, 12, 9, 11, 2), (1, 5, 7, 8, 8, 0), (3, 4, 9, 7, 6, 1)],  # n, c, k, h, w, padding
+    ids=lambda g: "x".join(map(str, g)),
+)
+def test_f25_forward_matches_torch(device: str, geo: tuple[int, ...]) -> None:
+    """Tiles cut by both edges, padding 0 to 2, bias and ReLU in the output transform."""
+    n, c, k, h, w, pad = geo
+    x, wt, b, _ = _data(n, c, k, h, w, pad)
+    weight, bias = plait.tensor(wt, device=device), plait.tensor(b, device=device)
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
+        f = plait.jit(lambda t: F.conv2d(t, weight, bias, padding=pad).relu(), device=device)
+        plan, _ = f.plan_for([x])
+    kinds = [kern.name.split("_")[0] for kern in plan.kernels]
+    assert kinds[0] == "WINOIN2R5" and kinds[2] == "WINOOUT2R5" and len(kinds) == 3, kinds
+    t = [torch.tensor(v, dtype=torch.float64) for v in (x, wt, b)]
+    _check(f(x), torch.relu(torch.nn.functional.conv2d(*t, padding=pad)).numpy(), f"F(2,5) {geo}")
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize("pad", [2, 1])
+def test_f25_training_gradients_match_torch(device: str, pad: int) -> None:
+    """The training convolution's output, input gradient and weight gradient, all three by F(2,5) in one plan (16
+    output channels: the forward folds the batch into its columns, as in a training step)."""
+    n, c, k, h, w = 2, 6, 16, 9, 8
+    xa, wa, _, ga = _data(n, c, k, h, w, pad, seed=3)
+    x = plait.tensor(xa, device=device, requires_grad=True)
+    wt = plait.tensor(wa, device=device, requires_grad=True)
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
+        out = F.conv2d(x, wt, padding=pad)
+        loss = (out * plait.tensor(ga, device=device)).sum()
+        seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+        grads = autodiff.gradients(loss.node, seed, [x.node, wt.node])
+        plan = Plan([out.node, grads[x.node.uid], grads[wt.node.uid]])
+    names = [kern.name.split("_")[0] for kern in plan.kernels]
+    assert names.count("WINOIN2R5") == 2 and "WINODY2R5" in names and "WINOWG2R5" in names, names
+    assert "WINOOUT2FR5" in names and "WINOOUT2R5" in names, names  # folded forward, then the input gradient
+    got_out, got_dx, got_dw = plan()
+    xr = torch.tensor(xa, dtype=torch.float64, requires_grad=True)
+    wr = torch.tensor(wa, dtype=torch.float64, requires_grad=True)
+    ref = torch.nn.functional.conv2d(xr, wr, padding=pad)
+    (ref * torch.tensor(ga, dtype=torch.float64)).sum().backward()
+    assert xr.grad is not None and wr.grad is not None
+    _check(got_out, ref.detach().numpy(), "output")
+    _check(got_dx, xr.grad.numpy(), "input gradient")
+    _check(got_dw, wr.grad.numpy(), "weight gradient")
+
+
+def _spec(n: int, c: int, k: int, h: int, w: int, stride: int = 1, pad: int = 2) -> GemmSpec:
+    win = Window(n, c, h, w, 5, 5, stride, stride, pad, pad)
+    return GemmSpec(n, k, win.oh * win.ow, c * 25, (0, 0, c * 25, 1), (0, 0, 0, 0), n, 0, c * h * w, win)
+
+
+@pytest.mark.parametrize(
+    ("geo", "stride", "chosen"),
+    [
+        ((64, 64, 192, 27, 27), 1, winograd_cl.R5_AUTO),  # alexnet's 5x5 layer at batch 64: 12544 tiles
+        ((64, 192, 64, 27, 27), 1, winograd_cl.R5_AUTO),  # its input gradient (192 -> 64)
+        ((1, 64, 192, 27, 27), 1, False),  # batch 1: 196 tiles
+        ((64, 32, 192, 27, 27), 1, False),  # 32 channels in
+        ((64, 64, 192, 27, 27), 2, False),  # strided
+    ],
+)
+def test_f25_auto_choice(geo: tuple[int, ...], stride: int, chosen: bool) -> None:
+    n, c, k, h, w = geo
+    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+        plan = winograd_cl.pick(_spec(*geo, stride=stride))
+        wplan = winograd_cl.wgrad_plan(Window(n, c, h, w, 5, 5, stride, stride, 2, 2), k)
+    assert (plan is not None) == chosen and (wplan is not None) == (chosen and k >= winograd_cl.MIN_CHANNELS)
+    if plan is not None:
+        assert (plan.r, plan.alpha, plan.xis) == (5, 6, 36) and (wplan is None or wplan.r == 5)
+        g = plan.gemm_spec()
+        assert (g.batch, g.m, g.k) == (36, k, c) and g.n >= n * 14 * 14
+    with settings.override(PLAIT_WINOGRAD_CL="off"):
+        assert winograd_cl.pick(_spec(*geo, stride=stride)) is None
