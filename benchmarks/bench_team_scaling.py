@@ -16,9 +16,7 @@ import ctypes
 import json
 import os
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,29 +24,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, twin
 from bench_team_barrier import scheduling
-
-
-def both(gomp: ctypes.CDLL, launch: Callable[[], None]) -> float:
-    """Seconds one launch takes on one thread while a second thread runs the same launch alone at the same time (the
-    mean of the two): a kernel whose two-thread split is perfect takes half of this, so a kernel slower than that
-    loses its time to its split, and one this much slower than on one thread alone to what the cores share (caches,
-    memory bandwidth, clock)."""
-    start = threading.Barrier(2)
-    took = [0.0, 0.0]
-
-    def work(i: int) -> None:
-        gomp.omp_set_num_threads(1)
-        start.wait()
-        t0 = time.perf_counter()
-        launch()
-        took[i] = time.perf_counter() - t0
-
-    pair = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in pair:
-        t.start()
-    for t in pair:
-        t.join()
-    return sum(took) / 2
 
 
 def main() -> None:
@@ -68,23 +43,20 @@ def main() -> None:
     f(x)
     if args.fifo:
         scheduling(os.SCHED_FIFO, 1)
-    # 1: one thread, 2: two threads, 0: one thread each while a second thread runs it too (both)
-    times: dict[int, list[list[float]]] = {n: [[] for _ in plan.launches] for n in (0, 1, 2)}
+    # passes over the plan at one thread count, the counts taking turns (a team that changes size between two
+    # launches costs the second one tens of microseconds, which would bias the short kernels)
+    times: dict[int, list[list[float]]] = {n: [[] for _ in plan.launches] for n in (1, 2)}
     for r in range(args.repeats):
-        for i, launch in enumerate(plan.launches):
-            if not plan.kernels[i].name.startswith(args.only):
-                times[0][i].append(0.0)
-                times[1][i].append(0.0)
-                times[2][i].append(1e-9)
-                continue
-            for n in (0, 1, 2) if (r + i) % 2 == 0 else (2, 1, 0):
-                if n == 0:
-                    times[0][i].append(both(gomp, launch))
-                    continue
-                gomp.omp_set_num_threads(n)
-                t0 = time.perf_counter()
-                launch()
-                times[n][i].append(time.perf_counter() - t0)
+        for n in (1, 2) if r % 2 == 0 else (2, 1):
+            gomp.omp_set_num_threads(n)
+            for i, launch in enumerate(plan.launches):
+                if plan.kernels[i].name.startswith(args.only):
+                    launch()
+                    t0 = time.perf_counter()
+                    launch()
+                    times[n][i].append(time.perf_counter() - t0)
+                else:
+                    times[n][i].append(0.0 if n == 1 else 1e-9)
     gomp.omp_set_num_threads(2)
     replays = []
     for _ in range(args.replays):
@@ -93,7 +65,6 @@ def main() -> None:
         replays.append(time.perf_counter() - t0)
     if args.fifo:
         scheduling(os.SCHED_OTHER, 0)
-    pair = [float(np.median(t)) * 1e3 for t in times[0]]
     one = [float(np.median(t)) * 1e3 for t in times[1]]
     two = [float(np.median(t)) * 1e3 for t in times[2]]
     kinds: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
@@ -111,19 +82,14 @@ def main() -> None:
                 "sum 2 threads ms": round(sum(two), 2),
                 "speedup": round(sum(one) / sum(two), 3),
                 "lost vs 2x ms": round(sum(two) - sum(one) / 2, 2),
-                "sum both ms (1 thread, the other busy too)": round(sum(pair), 2),
-                "lost to the split ms": round(sum(two) - sum(pair) / 2, 2),
                 "team replay ms (median)": round(float(np.median(replays)) * 1e3, 2),
                 "by kind (1t ms, 2t ms)": {k: [round(a, 2), round(b, 2)] for k, (a, b) in kinds.items()},
             }
         )
     )
-    rows = sorted(zip(plan.kernels, one, two, pair, strict=True), key=lambda r: r[2] - r[1] / 2, reverse=True)
-    for k, a, b, c in rows[: args.top]:
-        print(
-            f"  lost {b - a / 2:6.3f} ms (split {b - c / 2:6.3f})  1t {a:7.3f}  2t {b:7.3f}  both {c:7.3f}"
-            f"  x{a / b:4.2f}  {k.name}"
-        )
+    rows = sorted(zip(plan.kernels, one, two, strict=True), key=lambda r: r[2] - r[1] / 2, reverse=True)
+    for k, a, b in rows[: args.top]:
+        print(f"  lost {b - a / 2:6.3f} ms  1t {a:7.3f}  2t {b:7.3f}  x{a / b:4.2f}  {k.name}")
 
 
 if __name__ == "__main__":
