@@ -16,7 +16,8 @@ gradients as dy @ columns^T, `nn.functional.WGRAD_PLAIN_MIN`: back to the swappe
 wgrad (the cpu weight gradient kernel of plait/graph/ops/conv_wgrad_c.py: back to folded patch columns and a GEMM),
 bnsum (batch norm's channel sums over planes then images, `nn.functional._channel_sums`: back to one split sum),
 s1 (the weight gradient kernel's stride-1 form, plait/codegen/wgrad_c.py `shifted`: back to the patch-row gather and
-the folded GEMM below 28x28 planes).
+the folded GEMM below 28x28 planes), bnstat (batch norm's cpu statistics kernels, plait/graph/ops/bnstat_c.py:
+back to two channel-sum reductions each way).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def old_parts(names: list[str]) -> Iterator[None]:
     if "s1" in names:
         saved["conv_wgrad_c.wgrad_c.shifted"] = F.conv_wgrad_c.wgrad_c.shifted
         F.conv_wgrad_c.wgrad_c.shifted = lambda win: False
+    if "bnstat" in names:
+        saved["bnstat_c.supports"] = F.bnstat_c.supports
+        F.bnstat_c.supports = lambda node: False
     if "plain" in names:
         saved["WGRAD_PLAIN_MIN"] = F.WGRAD_PLAIN_MIN
         F.WGRAD_PLAIN_MIN = 1 << 62  # every folded weight gradient swapped, then transposed

@@ -26,7 +26,16 @@ from plait.errors import DTypeError, PlaitError, ShapeError, UnsupportedError
 from plait.frontends.native.tensor import Tensor, cat, stack, where
 from plait.graph.autodiff import custom_vjp, grad_enabled, no_grad
 from plait.graph.node import Node
-from plait.graph.ops import conv_wgrad_c, depthwise_cl, depthwise_grad_c, indexing, pool, pool_cl, pool_grad
+from plait.graph.ops import (
+    bnstat_c,
+    conv_wgrad_c,
+    depthwise_cl,
+    depthwise_grad_c,
+    indexing,
+    pool,
+    pool_cl,
+    pool_grad,
+)
 from plait.graph.ops import elementwise as ew
 from plait.graph.ops.conv import Window, im2col
 from plait.graph.ops.winograd_cl import wgrad_plan, winograd_cl_wgrad
@@ -811,9 +820,14 @@ def batch_norm_stats(
         count = x.numel() // c
         if count <= 1:
             raise ShapeError(f"batch_norm: training needs more than one value per channel, got input shape {x.shape}")
-        mean, var = _moments(x, axes)
+        # the cpu: one kernel makes the statistics (plait/graph/ops/bnstat_c.py), whose output the backward reads too
+        moments = bnstat_c.bn_moments_c(x.node, eps) if bnstat_c.supports(x.node) else None
+        if moments is None:
+            mean, var = _moments(x, axes)
+            rs = (var + eps).sqrt().reciprocal()
+        else:
+            mean, var, rs = _rows(moments, bshape)
         d = x - mean
-        rs = (var + eps).sqrt().reciprocal()
         xhat = d * rs
         # for the running averages: like torch's, they carry no gradient
         stats: tuple[Tensor | None, Tensor | None] = (
@@ -827,14 +841,28 @@ def batch_norm_stats(
         scale = (running_var + eps).sqrt().reciprocal() * (weight if weight is not None else 1.0)
         shift = (bias if bias is not None else 0.0) - running_mean * scale
         return x * scale.reshape(*bshape) + shift.reshape(*bshape), None, None
-    out = xhat
-    if weight is not None:
-        out = out * weight.reshape(*bshape)
-    if bias is not None:
-        out = out + bias.reshape(*bshape)
+    if moments is not None:
+        # (x - mean) * scale (+ bias) with scale = rs * weight per channel: three operations per value, so the
+        # activation's readers (the forward's, the backward's mask) recompute it instead of one storing it (rs comes
+        # stored from the kernel: computed from var here, its cost would make the scheduler store the sum); no
+        # x * scale + shift, which cancels where |mean| >> std
+        scale = rs if weight is None else rs * weight.reshape(*bshape)
+        out = d * scale if bias is None else d * scale + bias.reshape(*bshape)
+    else:
+        out = xhat
+        if weight is not None:
+            out = out * weight.reshape(*bshape)
+        if bias is not None:
+            out = out + bias.reshape(*bshape)
     if stats[0] is not None and grad_enabled() and out.requires_grad:
-        _batch_norm_vjp(out, x, xhat, rs, weight, bias, axes)
+        _batch_norm_vjp(out, x, xhat, rs, weight, bias, axes, moments)
     return out, stats[0], stats[1]
+
+
+def _rows(node: Node, shape: tuple[int, ...]) -> tuple[Tensor, ...]:
+    """The rows of a (k, C) node, each viewed in `shape` (1, C, 1, ...)."""
+    rows = Tensor(node)
+    return tuple(rows[i].reshape(*shape) for i in range(node.shape[0]))
 
 
 def _moments(x: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
@@ -868,12 +896,21 @@ def _channel_sums(x: Tensor, axes: tuple[int, ...]) -> Tensor:
 
 
 def _batch_norm_vjp(
-    out: Tensor, x: Tensor, xhat: Tensor, rs: Tensor, weight: Tensor | None, bias: Tensor | None, axes: tuple[int, ...]
+    out: Tensor,
+    x: Tensor,
+    xhat: Tensor,
+    rs: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    axes: tuple[int, ...],
+    moments: Node | None = None,
 ) -> None:
     """Training batch norm's gradient in closed form: with s = sum(g) and t = sum(g * xhat) per channel,
     dx = weight * rs * (g - s/count - xhat * t/count), dweight = t, dbias = s. Two channel sums and one elementwise
     pass; differentiated op by op through the mean, the variance and the normalisation it is four channel sums
-    (each re-reading the upstream gradient and the input) and a longer elementwise chain."""
+    (each re-reading the upstream gradient and the input) and a longer elementwise chain. With `moments` (the cpu's
+    statistics kernel) both sums come from one kernel reading g and x, t = rs * sum(g * (x - mean)), and xhat is
+    recomputed from x where dx needs it: the forward then stores no xhat for the backward, only its output."""
     count = x.numel() // x.shape[1]
     bshape = tuple(x.shape[1] if i == 1 else 1 for i in range(x.ndim))
     # nodes, not Tensors, in the rule (see _conv_vjp)
@@ -886,7 +923,11 @@ def _batch_norm_vjp(
 
     def rule(grad: Node) -> list[tuple[Node, Node]]:
         g, xh, r = Tensor(grad), Tensor(xhat_node), Tensor(rs_node)
-        if paired:
+        if moments is not None and bnstat_c.supports(grad):
+            st = Tensor(bnstat_c.bn_grad_sums_c(grad, x_node, moments))
+            s, t = st[0].reshape(*bshape), st[1].reshape(*bshape) * r
+            xh = (Tensor(x_node) - _rows(moments, bshape)[0]) * r
+        elif paired:
             st = stack([g, g * xh]).sum(axis=tuple(a + 1 for a in axes), keepdims=True)
             s, t = st[0], st[1]
         else:

@@ -20,9 +20,12 @@ def _weight_grad(device: str, n: int, c: int, hw: int, co: int):
     return autodiff.gradients(loss.node, seed, [w.node, x.node]), (x, w, g)
 
 
-def test_weight_gradient_splits_over_images() -> None:
+def test_weight_gradient_splits_over_images(monkeypatch) -> None:
     """Few output tiles (16 x 72) and K = 8 images x 256 positions: K is split into chunks read as views of the
-    transposed output gradient and of the patch columns (no copy of either), then summed over the chunks."""
+    transposed output gradient and of the patch columns (no copy of either), then summed over the chunks. (The
+    cpu's own weight-gradient kernel, which takes this layer there, is switched off: the graph is the folded one that
+    devices splitting few-tile products get.)"""
+    monkeypatch.setattr(F.conv_wgrad_c, "wins", lambda win: False)
     grads, (_, w, _) = _weight_grad("cpu", 8, 8, 16, 16)
     items = schedule([grads[w.node.uid]], 16, split_k=True)
     gemms = [it.gemm for it in items if it.kind == "gemm"]
@@ -55,10 +58,12 @@ def _bn_grads(device: str, shape: tuple[int, int, int, int]):
     return autodiff.gradients(loss.node, seed, [x.node, w.node]), (x, w, g)
 
 
-def test_batch_norm_channel_sums_split_on_wide_devices() -> None:
+def test_batch_norm_channel_sums_split_on_wide_devices(monkeypatch) -> None:
     """Per-channel sums of a training batch norm (128 channels over 32768 values; cifar_cnn's 64 channels over
     16384) split into partial sums where reductions split 256 ways (OpenCL), and stay one pass per channel where
-    they split 16 ways (cpu)."""
+    they split 16 ways (cpu). The graph is built without the cpu's statistics kernels (nn.functional.bnstat_c), which
+    take these sums there, so that it has the reductions other devices get."""
+    monkeypatch.setattr(F.bnstat_c, "supports", lambda node: False)
     for shape in ((8, 128, 64, 64), (64, 64, 16, 16)):
         grads, (x, w, _) = _bn_grads("cpu", shape)
         wide = schedule([grads[x.node.uid], grads[w.node.uid]], 256)
@@ -80,9 +85,11 @@ def test_batch_norm_gradient_matches_torch(device: str) -> None:
     assert_close(gx.numpy(), xt.grad.numpy(), "float32", "batch norm input gradient", tol_scale=10)
 
 
-def test_batch_norm_backward_reads_the_upstream_gradient_once() -> None:
+def test_batch_norm_backward_reads_the_upstream_gradient_once(monkeypatch) -> None:
     """The gradient arriving at a training batch norm (here through a ReLU mask) is stored once and read by its
-    per-channel sums, instead of being recomputed from the forward buffers inside each of them."""
+    per-channel sums, instead of being recomputed from the forward buffers inside each of them (the reductions other
+    devices get: the cpu's statistics kernels are switched off)."""
+    monkeypatch.setattr(F.bnstat_c, "supports", lambda node: False)
     grads, (x, w, _) = _bn_grads("cpu", (4, 16, 8, 8))
     items = schedule([grads[x.node.uid], grads[w.node.uid]], 16)
     masked = [it.out for it in items if it.kind == "elementwise" and it.out.op == "where"]  # dy * relu'(out)

@@ -31,6 +31,10 @@ def test_resnet18_sgd_loss_curve_matches_eager() -> None:
     # A well-conditioned run: at 32x32 and batch 4 the last batch norms see 4 values per channel and eager float32
     # itself drifts from eager float64 by up to 100% within 2 steps (a ReLU at its threshold flips); at 64x64,
     # batch 8, lr 0.01 eager float32 stays within 3e-4 of float64 over 20 steps (seeds 0-2), so 1e-3 is a real bound.
+    # Seed 2: with seed 0 (conftest's) one float32 ulp in any batch norm's mean or variance (old cpu reductions scaled
+    # by 1 +- 1.2e-7) moves plait's second loss by 1.0e-3 from float64's or not at all, a ReLU at its threshold;
+    # seed 2's curve moves by under 3e-6 either way.
+    torch.manual_seed(2)
     net = torch_reference.build("resnet18", num_classes=10)
     ref = copy.deepcopy(net)
     initial = copy.deepcopy(net.state_dict())
