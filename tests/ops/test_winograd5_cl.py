@@ -9,6 +9,8 @@ about 1e-6 of it on the same data, F(2,5) a few times that)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -97,24 +99,38 @@ def _spec(n: int, c: int, k: int, h: int, w: int, stride: int = 1, pad: int = 2)
 
 
 @pytest.mark.parametrize(
-    ("geo", "stride", "chosen"),
+    ("geo", "stride", "forward", "wgrad"),
     [
-        ((64, 64, 192, 27, 27), 1, winograd_cl.R5_AUTO),  # alexnet's 5x5 layer at batch 64: 12544 tiles
-        ((64, 192, 64, 27, 27), 1, winograd_cl.R5_AUTO),  # its input gradient (192 -> 64)
-        ((1, 64, 192, 27, 27), 1, False),  # batch 1: 196 tiles
-        ((64, 32, 192, 27, 27), 1, False),  # 32 channels in
-        ((64, 64, 192, 27, 27), 2, False),  # strided
+        # alexnet's 5x5 layer at batch 64 (12544 tiles): its weight gradient; unfolded (an inference forward, 64 ->
+        # 192) it keeps the implicit GEMM, whose output transform would read 9x the output
+        ((64, 64, 192, 27, 27), 1, False, True),
+        ((64, 192, 64, 27, 27), 1, True, False),  # its input gradient (192 -> 64); 64 output channels: no wgrad
+        ((1, 192, 64, 27, 27), 1, False, False),  # batch 1: 196 tiles
+        ((64, 192, 32, 27, 27), 1, False, False),  # 32 output channels
+        ((64, 192, 192, 27, 27), 2, False, False),  # strided
     ],
 )
-def test_f25_auto_choice(geo: tuple[int, ...], stride: int, chosen: bool) -> None:
+def test_f25_auto_choice(geo: tuple[int, ...], stride: int, forward: bool, wgrad: bool) -> None:
     n, c, k, h, w = geo
     with settings.override(PLAIT_WINOGRAD_CL="auto"):
         plan = winograd_cl.pick(_spec(*geo, stride=stride))
         wplan = winograd_cl.wgrad_plan(Window(n, c, h, w, 5, 5, stride, stride, 2, 2), k)
-    assert (plan is not None) == chosen and (wplan is not None) == (chosen and k >= winograd_cl.MIN_CHANNELS)
+    assert (plan is not None) == (forward and winograd_cl.R5_AUTO)
+    assert (wplan is not None) == (wgrad and winograd_cl.R5_AUTO)
     if plan is not None:
         assert (plan.r, plan.alpha, plan.xis) == (5, 6, 36) and (wplan is None or wplan.r == 5)
         g = plan.gemm_spec()
         assert (g.batch, g.m, g.k) == (36, k, c) and g.n >= n * 14 * 14
     with settings.override(PLAIT_WINOGRAD_CL="off"):
         assert winograd_cl.pick(_spec(*geo, stride=stride)) is None
+
+
+def test_f25_auto_takes_the_training_forward() -> None:
+    """A training step's forward of alexnet's 5x5 layer (the batch folded into the product's columns, its V shared
+    with the weight gradient) runs F(2,5) under 'auto'."""
+    win = dataclasses.replace(Window(64, 64, 27, 27, 5, 5, 1, 1, 2, 2), fold=True)
+    spec = GemmSpec(1, 192, 64 * 729, 64 * 25, (0, 0, 64 * 25, 1), (0, 0, 0, 0), 1, 0, 0, win)
+    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+        plan = winograd_cl.pick(spec)
+    assert (plan is not None) == winograd_cl.R5_AUTO
+    assert plan is None or (plan.fold, plan.r, plan.tiles) == (True, 5, 12544)
