@@ -14,6 +14,11 @@ VW = 16  # floats per vector register (AVX-512; gcc splits the vector type on na
 # (MR, vectors per row) shapes of the register tile, every one about 24 accumulators
 TILES = ((24, 1), (12, 2), (8, 3), (6, 4))
 KC_MAX = 256
+# Static task schedules. The task loops of the cpu kernels (GEMM, GEMV, pointwise, depthwise, direct and Winograd
+# convolutions) hand each thread a contiguous run of tasks (`schedule(static)`), not one task at a time: a thread then
+# computes the same part of an output in every replay, and often of consecutive layers, so it finds more of what it
+# wrote in its own cache instead of fetching it from the other core's. Two threads at SCHED_FIFO, replays interleaved in one process: mobilenet_v2 b1
+# 9.84 -> 8.97 and 9.44 -> 8.72 ms, resnet18 b1 23.73 -> 22.96 ms (docs/benchmarks.md, "why plait scales worse").
 # A task whose columns are at most NARROW_COLS (a 7x7 or 14x14 plane at batch 1) takes k blocks of up to KC_NARROW,
 # so a 3x3 convolution over 512 channels runs its whole depth in one block: every row of A is then read as one long
 # run. One-thread CPU time of resnet50's products over k 1024-4608 with 49-196 columns, interleaved: 4-13% less with
@@ -384,9 +389,9 @@ def _micro(mr: int, nv: int) -> str:
 
 
 def _driver(mr: int, nv: int) -> str:
-    """The GEMM loop for one register tile: independent (batch, row block, column block) tasks under one dynamic
-    parallel loop, each packing its own B panels, so no thread waits for another inside a call (except after the
-    one shared packing of a narrow B whose rows are split between threads)."""
+    """The GEMM loop for one register tile: independent (batch, row block, column block) tasks under one static
+    parallel loop ("Static task schedules" above), each packing its own B panels, so no thread waits for another
+    inside a call (except after the one shared packing of a narrow B whose rows are split between threads)."""
     nr = nv * VW
     t = f"{mr}x{nv}"
     return f"""/* Store a finished tile: micro-kernel result for columns [jj, jj + nr) of the merged column space (image
@@ -457,7 +462,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
     if (shared) {{
       /* in parts of up to {KC_MAX} rows, so a long k block is packed by every thread, not by one */
       int parts = (kcm + {KC_MAX - 1}) / {KC_MAX};
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
       for (long u = 0; u < nb * nkb * parts; u++) {{
         long bz = u / (nkb * parts);
         int pc = (int)(u / parts % nkb) * kcm, kc = k - pc < kcm ? k - pc : kcm, p0 = (int)(u % parts) * {KC_MAX};
@@ -469,7 +474,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
       }}
       plait_team_barrier(); /* the packing is complete before any task reads it */
     }}
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
     for (long task = 0; task < tasks; task++) {{
       long bz = task / (ctasks * rtasks);
       int rt = (int)(task / ctasks % rtasks);
@@ -654,8 +659,8 @@ static inline __attribute__((always_inline)) void plait_gemv_axpy(int m, int k, 
 
 /* Few rows (a linear layer at batch 1 to 16): bound by reading B once, so B is streamed in its own layout with no
    packing, each task taking a contiguous range of columns. Dot-product columns (B contiguous along k) split into several
-   chunks per thread, handed out dynamically, so a thread that the OS preempts on a shared machine does not hold up
-   the others; axpy columns need long rows to stream, so they split only once per thread. */
+   chunks per thread, each thread taking a contiguous run of them (gemm_c.py: static task schedules); axpy columns
+   need long rows to stream, so they split only once per thread. */
 static void plait_sgemv(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
                         long sak, const float* B, long sbb, long sbi, long sbk, long sbn, float* C,
                         plait_epi_fn epi, void* const* extra) {
@@ -664,7 +669,7 @@ static void plait_sgemv(long batch, long inner, int m, int n, int k, const float
   long most = (n + (dot ? 15 : 255)) / (dot ? 16 : 256); /* column chunks per batch entry */
   if (per > most) per = most;
   if (per < 1) per = 1;
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
   for (long t = 0; t < batch * per; t++) {
     long bz = t / per;
     int j0 = (int)(n * (t % per) / per), j1 = (int)(n * (t % per + 1) / per);
@@ -983,7 +988,7 @@ static void plait_dw_masked(const float* x, const float* w, int taps, const int*
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
                          long sxi, const plait_win* g, int lanes, float* C, plait_epi_fn epi, void* const* extra) {
   if (lanes == 1) {
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
     for (long b0 = 0; b0 < batch; b0 += 16) {
       int lanes = batch - b0 < 16 ? (int)(batch - b0) : 16;
       plait_dw_lanes(b0, lanes, inner, n, A, sab, sai, X, sxb, sxi, g, C);
@@ -998,7 +1003,7 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
     unsigned short mk[taps * nvec];
     plait_dw_masks(g, n, nvec, off, mk);
     long grp = n >= PLAIT_DW_GROUP ? 1 : PLAIT_DW_GROUP / n; /* planes per task: the epilogue runs on them in L1 */
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
     for (long b0 = 0; b0 < batch; b0 += grp) {
       long b1 = batch - b0 < grp ? batch : b0 + grp;
       for (long bz = b0; bz < b1; bz++)
@@ -1184,7 +1189,7 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
     int ci = p / kk, ky = p % kk / g->kw, kx = p % g->kw;
     koff[p] = ((ci * R + ky * g->dh) * sw + kx * g->dw % sw) * T + kx * g->dw / sw;
   }
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * bands; task++) {
     long bz = task / bands;
     int oy0 = (int)(task % bands) * BR, rows = oh - oy0 < BR ? oh - oy0 : BR;

@@ -103,7 +103,7 @@ def _tile(mr: int, nv: int) -> str:
 
 
 def _driver(mr: int, nv: int) -> str:
-    """The product over every batch entry: tasks of (entry, range of column blocks) under one dynamic parallel loop;
+    """The product over every batch entry: tasks of (entry, range of column blocks) under one static parallel loop;
     the weights are packed once per call (shared by every entry) or per task (when the entries' A differ)."""
     nr = nv * VW
     t = f"{mr}x{nv}"
@@ -142,7 +142,7 @@ static void plait_pointwise_{t}(long batch, long inner, int m, int n, int k, con
       }}
     }}
   }}
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * per; task++) {{
     long bz = task / per;
     long q0 = cblocks * (task % per) / per, q1 = cblocks * (task % per + 1) / per;
@@ -326,7 +326,7 @@ def _lanes_tile(mr: int, nv: int) -> str:
 
 
 def _lanes_driver(mr: int, nv: int) -> str:
-    """Tasks of (batch entry, run of panels, run of pixel tiles) under one dynamic parallel loop: a panel stays in L1
+    """Tasks of (batch entry, run of panels, run of pixel tiles) under one static parallel loop: a panel stays in L1
     while its pixel tiles run, and the task's next panel is prefetched into L2 meanwhile, a share per tile (the
     weights come from L3 in every replay, and a panel read on demand in short runs arrives at latency-bound rates);
     the epilogue runs on each finished panel's block."""
@@ -344,7 +344,7 @@ static void plait_pwlanes_{t}(long batch, long inner, int m, int n, int k, const
   if (chunks > panels) chunks = panels;
   long per = batch * chunks >= want ? 1 : (want + batch * chunks - 1) / (batch * chunks);
   if (per > tiles) per = tiles;
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * chunks * per; task++) {{
     long bz = task / (chunks * per), ck = task / per % chunks;
     int pa = (int)(panels * ck / chunks), pb = (int)(panels * (ck + 1) / chunks);

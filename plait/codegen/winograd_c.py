@@ -426,7 +426,7 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
         plait_wino_in_f{m}(X, g, r0, r1, (int)(t % g->c), V + t / g->c * vblock, {nr});
       }}
       plait_team_barrier(); /* every input tile is transformed before the products read them */
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(static) nowait
       for (long t = 0; t < nb * groups; t++) {{
         long r0 = (b0 + t / groups) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
         int k0 = (int)(t % groups) * {mr}, rows = g->k - k0 < {mr} ? g->k - k0 : {mr};
