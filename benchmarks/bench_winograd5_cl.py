@@ -10,13 +10,23 @@ PLAIT_WINOGRAD_CL=off is the direct form, =2 Winograd everywhere.
 
     tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --device opencl:0 --batch 64
     PLAIT_TEST_DEVICES=opencl:0 python3 benchmarks/bench_winograd5_cl.py --batch 2 --reps 1   # rounding on PoCL
+
+`--sweep` instead times the layer's F(2,5) products alone (the batched GEMMs of the three parts' plan, as the
+scheduler lays them out, on random operands): the tile heuristic's knobs and every tensor-core candidate
+(benchmarks/sweep_step_gemms.py's list), the weight gradient's product also in other K chunk counts (`--parts`):
+
+    tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --sweep --parts 1 2 4 6 10
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import sys
+import time
 from collections import defaultdict
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,6 +34,7 @@ import torch
 import plait
 import plait.nn.functional as F
 from plait import dtypes, settings
+from plait.errors import PlaitError
 from plait.graph import autodiff
 from plait.graph.node import Node
 from plait.schedule.plan import Plan
@@ -71,6 +82,79 @@ def _kinds(plan: Plan, reps: int) -> tuple[float, str]:
     return sum(by.values()), ", ".join(f"{n} {t * 1e3:.3f}" for n, t in by.items())
 
 
+def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts: int) -> list[Any]:
+    """The distinct Winograd product GemmSpecs (batch a multiple of 36) of the layer's three parts in one plan, with
+    the weight gradient's product in `parts` K chunks (the 64x64-tile target set to make that many)."""
+    from plait.codegen import winograd_cl
+    from plait.runtime import get_device
+    from plait.schedule.scheduler import schedule
+
+    nodes, _, _ = _graphs(device, c, k, hw, pad, batch, "2")
+    r = get_device(device).renderer
+    saved = winograd_cl.WGRAD_TILE_TARGET
+    winograd_cl.WGRAD_TILE_TARGET = 36 * -(-k // 64) * -(-c // 64) * parts
+    try:
+        with settings.override(PLAIT_WINOGRAD_CL="2"):
+            items = schedule(
+                list(nodes),
+                r.__dict__.get("split_parts", 256),
+                implicit_conv=getattr(r, "implicit_conv", False),
+                conv_span=getattr(r, "conv_span", False),
+                split_k=getattr(r, "split_k", False),
+                winograd_cl=True,
+            )
+    finally:
+        winograd_cl.WGRAD_TILE_TARGET = saved
+    specs = [it.gemm for it in items if it.kind == "gemm" and it.gemm is not None and it.gemm.batch % 36 == 0]
+    return list(dict.fromkeys(specs))
+
+
+def _sweep(args: argparse.Namespace, c: int, k: int, hw: int) -> None:
+    """Time each F(2,5) product under the heuristic's knobs and every candidate (median of --reps events)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from sweep_step_gemms import _knobs
+    from sweep_wgrad_cl import _buffers
+
+    from plait.codegen import gemm
+    from plait.codegen.gemm_tc import mma_tf32_unsupported
+    from plait.runtime import get_device
+
+    dev = get_device(args.device)
+    emu = {"MMA": 0} if mma_tf32_unsupported(dev) else {}
+    have = dev.info.extra.get("local_mem", 48 * 1024)
+    start, seen = time.perf_counter(), set()
+    for parts in args.parts:
+        for sp in _products(args.device, c, k, hw, args.pad, args.batch, parts):
+            if sp in seen:
+                continue
+            seen.add(sp)
+            if time.perf_counter() - start > args.seconds:
+                print("-- stopped: --seconds reached", flush=True)
+                return
+            knobs, kernels = [], []
+            for kn in _knobs(sp, have):
+                try:
+                    kernels.append(gemm.render_opencl(sp, {**kn, **emu}))
+                    knobs.append(kn)
+                except PlaitError as e:  # a tile this product cannot take: say so and go on
+                    print(f"   render {kn}: {str(e)[:80]}")
+            progs = dev.compile_batch([(kern.source, kern.name) for kern in kernels])
+            pool: dict[int, Any] = {}
+            bufs = _buffers(dev, sp, pool)
+            rows = []
+            for kn, kern, prog in zip(knobs, kernels, progs, strict=True):
+                launch = prog.bind(bufs, kern.global_size, kern.local_size)
+                rows.append((sorted(dev.time_launch(launch) for _ in range(args.reps))[args.reps // 2], kn))
+            for buf in pool.values():
+                dev.allocator.free(buf.nbytes, buf.handle)
+            print(f"-- {sp.batch}x{sp.m}x{sp.n}x{sp.k} a={sp.a} b={sp.b} inner={sp.inner}", flush=True)
+            lines = [f"heuristic {rows[0][0] * 1e3:.3f} ms {sp.flops / rows[0][0] / 1e12:.1f} TF {rows[0][1]}"]
+            lines += [
+                f"{t * 1e3:.3f} ms {sp.flops / t / 1e12:.1f} TF {kn}" for t, kn in sorted(rows, key=lambda r: r[0])
+            ]
+            print("   " + "\n   ".join(lines[:7]), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="opencl:0")
@@ -78,8 +162,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--layer", default="64x192x27", help="CxKxHW of the 5x5 layer (padding 2)")
     ap.add_argument("--pad", type=int, default=2)
+    ap.add_argument("--sweep", action="store_true", help="time the F(2,5) products alone under tiles and chunks")
+    ap.add_argument("--parts", nargs="*", type=int, default=[10], help="--sweep: weight-gradient K chunk counts")
+    ap.add_argument("--seconds", type=float, default=150.0, help="--sweep: stop starting new products after this")
     args = ap.parse_args()
     c, k, hw = (int(v) for v in args.layer.split("x"))
+    if args.sweep:
+        _sweep(args, c, k, hw)
+        return
     print(f"5x5 layer {c} -> {k} at {hw}x{hw}, padding {args.pad}, batch {args.batch}; median of {args.reps} (ms)")
     print("| part | mode | kernel time | kernels | max error / max |")
     print("|---|---|---|---|---|")

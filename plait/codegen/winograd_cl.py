@@ -268,6 +268,33 @@ def wgrad_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
     return dict(WGRAD_WIDE_KNOBS)
 
 
+# Tiles for F(2, 5)'s 36 products M[xi] = U[xi] V[xi] (the forward, and the input gradient that takes its path),
+# asked by the tensor-core tile heuristic before its generic rules. H100, alexnet's 64 -> 192 layer at batch 64
+# (benchmarks/bench_winograd5_cl.py --sweep): the forward's 36x192x12800x64 ran 0.426 ms in 64x64 tiles with BK 32
+# and KS 2 against 0.509 in the 64x128 ones the row-padding rule gives (0.456 without KS 2), the input gradient's
+# 36x64x12544x192 0.316 in 64x128 tiles with KS 2 against 0.352 in the 64x64 BK 32 ones of the 64-row rule. Products
+# whose rows are whole 128-row tiles were not swept and keep the generic rule.
+R5_PRODUCT_MIN_COLUMNS = 1024
+R5_RAGGED_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}  # rows pad 128-row tiles
+R5_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2}  # 64 rows
+
+
+def product_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
+    """Tiles for the batched product of an F(2, 5) convolution (`WinogradCLPlan.gemm_spec` with 36 products: U
+    (36, K, C) and V (36, C, T) contiguous, at least R5_PRODUCT_MIN_COLUMNS tile columns): R5_NARROW_KNOBS for 64
+    rows, R5_RAGGED_KNOBS for rows that 128-row tiles pad, else None (the generic tile rule)."""
+    if spec.batch != (2 + 5 - 1) ** 2 or spec.inner != 1 or spec.n < R5_PRODUCT_MIN_COLUMNS or spec.n % 4:
+        return None
+    if spec.conv is not None or spec.conv_t is not None or spec.a_nchw is not None:
+        return None
+    m, n, k = spec.m, spec.n, spec.k
+    if spec.a != (0, m * k, k, 1) or spec.b != (0, k * n, n, 1):
+        return None
+    if m == 64:
+        return dict(R5_NARROW_KNOBS)
+    return dict(R5_RAGGED_KNOBS) if m % 128 else None
+
+
 def _chunk(tiles: int, parts: int) -> int:
     """The length of each of `parts` K chunks over `tiles` columns, rounded up to whole WGRAD_CHUNK_UNIT steps."""
     return -(-tiles // (parts * WGRAD_CHUNK_UNIT)) * WGRAD_CHUNK_UNIT

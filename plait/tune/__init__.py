@@ -85,10 +85,11 @@ def _tc_heuristic(spec: Any) -> dict[str, int]:
       256x3136x2304 and 512x784x4608), two to an SM; eight 32x64 warp tiles, one to an SM, where that evens out
       the last wave (resnet18 b64's 128x50176x1152: 392 work-groups, 1.39x).
 
-    A Winograd weight gradient's products take their own rule first (`winograd_cl.wgrad_knobs`)."""
-    from plait.codegen.winograd_cl import wgrad_knobs
+    A Winograd weight gradient's products and F(2, 5)'s products take their own rules first
+    (`winograd_cl.wgrad_knobs`, `winograd_cl.product_knobs`)."""
+    from plait.codegen.winograd_cl import product_knobs, wgrad_knobs
 
-    if (wino := wgrad_knobs(spec)) is not None:
+    if (wino := wgrad_knobs(spec) or product_knobs(spec)) is not None:
         return wino
     if _weight_gradient(spec):
         if _wide_weight_gradient(spec):

@@ -134,3 +134,32 @@ def test_f25_auto_takes_the_training_forward() -> None:
         plan = winograd_cl.pick(spec)
     assert (plan is not None) == winograd_cl.R5_AUTO
     assert plan is None or (plan.fold, plan.r, plan.tiles) == (True, 5, 12544)
+
+
+def test_f25_product_tiles() -> None:
+    """F(2,5)'s products take winograd_cl.product_knobs before the generic tensor-core tile rules: alexnet b64's
+    training forward (192 rows, 12800 tile columns with the weight gradient's chunk padding) the ragged-row tiles,
+    its input gradient (64 rows) the narrow ones; F(2,3)'s 16 products, few tile columns and other layouts do not."""
+    from plait.tune import _tc_heuristic
+
+    win = dataclasses.replace(Window(64, 64, 27, 27, 5, 5, 1, 1, 2, 2), fold=True)
+    fold = GemmSpec(1, 192, 64 * 729, 64 * 25, (0, 0, 64 * 25, 1), (0, 0, 0, 0), 1, 0, 0, win)
+    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+        fwd, dgrad = winograd_cl.pick(fold), winograd_cl.pick(_spec(64, 192, 64, 27, 27))
+    assert fwd is not None and dgrad is not None
+    fwd_spec = dataclasses.replace(fwd, pad=320).gemm_spec()
+    assert (fwd_spec.batch, fwd_spec.m, fwd_spec.n, fwd_spec.k) == (36, 192, 12800, 64)
+    assert _tc_heuristic(fwd_spec) == winograd_cl.R5_RAGGED_KNOBS
+    dgrad_spec = dgrad.gemm_spec()
+    assert (dgrad_spec.batch, dgrad_spec.m, dgrad_spec.n, dgrad_spec.k) == (36, 64, 12544, 192)
+    assert _tc_heuristic(dgrad_spec) == winograd_cl.R5_NARROW_KNOBS
+    f23 = winograd_cl.WinogradCLPlan(64, 256, 192, 28, 28, 28, 28, 1, 1, (0, 256 * 784), (0, 256 * 9, 9, 1))
+    assert winograd_cl.product_knobs(f23.gemm_spec()) is None  # 16 products
+    assert winograd_cl.product_knobs(_with_columns(fwd_spec, 512)) is None  # few tile columns
+    assert winograd_cl.product_knobs(dataclasses.replace(fwd_spec, m=256, a=(0, 256 * 64, 64, 1))) is None
+    assert winograd_cl.product_knobs(dataclasses.replace(fwd_spec, b=(0, 64 * 12800, 1, 64))) is None  # B transposed
+
+
+def _with_columns(spec: GemmSpec, n: int) -> GemmSpec:
+    """`spec` with `n` tile columns (B's per-product stride to match)."""
+    return dataclasses.replace(spec, n=n, b=(0, spec.k * n, n, 1))
