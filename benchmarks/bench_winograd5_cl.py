@@ -89,11 +89,11 @@ def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts:
     from plait.runtime import get_device
     from plait.schedule.scheduler import schedule
 
-    nodes, _, _ = _graphs(device, c, k, hw, pad, batch, "2")
     r = get_device(device).renderer
     saved = winograd_cl.WGRAD_TILE_TARGET
     winograd_cl.WGRAD_TILE_TARGET = 36 * -(-k // 64) * -(-c // 64) * parts
-    try:
+    try:  # the graph's weight gradient makes its plan (and chunk count) as it is built
+        nodes, _, _ = _graphs(device, c, k, hw, pad, batch, "2")
         with settings.override(PLAIT_WINOGRAD_CL="2"):
             items = schedule(
                 list(nodes),
