@@ -27,15 +27,20 @@ from bench_onnx import MODELS, twin
 from bench_team_barrier import scheduling
 
 
-def patched_compilers(old: str, new: str) -> None:
-    """From now on the cpu device compiles every kernel source with `old` replaced by `new`."""
+def patched_compilers(pairs: list[tuple[str, str]]) -> None:
+    """From now on the cpu device compiles every kernel source with each (old, new) of `pairs` replaced in turn."""
     batch, one = cpu.CPUDevice.compile_batch, cpu.CPUDevice.compile
 
+    def patch(source: str) -> str:
+        for old, new in pairs:
+            source = source.replace(old, new)
+        return source
+
     def compile_batch(self: cpu.CPUDevice, kernels: list[tuple[str, str]]) -> list[Any]:
-        return batch(self, [(s.replace(old, new), n) for s, n in kernels])
+        return batch(self, [(patch(s), n) for s, n in kernels])
 
     def compile_one(self: cpu.CPUDevice, source: str, name: str) -> Any:
-        return one(self, source.replace(old, new), name)
+        return one(self, patch(source), name)
 
     cpu.CPUDevice.compile_batch = compile_batch  # type: ignore[method-assign]
     cpu.CPUDevice.compile = compile_one  # type: ignore[method-assign]
@@ -46,6 +51,7 @@ def main() -> None:
     ap.add_argument("model", choices=MODELS)
     ap.add_argument("old")
     ap.add_argument("new")
+    ap.add_argument("--pair", nargs=2, action="append", default=[], metavar=("OLD", "NEW"), help="more replacements")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--fifo", action="store_true")
@@ -54,7 +60,7 @@ def main() -> None:
     fa = twin(args.model, "cpu")
     plan_a, _ = fa.plan_for([x])
     ya = np.asarray(fa(x))
-    patched_compilers(args.old, args.new)
+    patched_compilers([(args.old, args.new), *map(tuple, args.pair)])
     fb = twin(args.model, "cpu")
     plan_b, _ = fb.plan_for([x])
     yb = np.asarray(fb(x))

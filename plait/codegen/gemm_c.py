@@ -443,8 +443,6 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   long ctasks = (panels + cpan - 1) / cpan, per = nb * ctasks;
   int rtasks = per >= want ? 1 : (int)((want + per - 1) / per);
   if (rtasks > blocks) rtasks = blocks;
-  int rblk = (blocks + rtasks - 1) / rtasks;
-  rtasks = (blocks + rblk - 1) / rblk;
   /* a narrow column chunk takes longer k blocks: its B stays small while the rows of A stream in longer runs */
   int kmax = cpan * {nr} <= {NARROW_COLS} ? {KC_NARROW} : {KC_MAX};
   int nkb = (k + kmax - 1) / kmax, kcm = (k + nkb - 1) / nkb;
@@ -479,8 +477,11 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
       long bz = task / (ctasks * rtasks);
       int rt = (int)(task / ctasks % rtasks);
       long ct = task % ctasks;
-      int i0 = rt * rblk * {mr}, i1 = i0 + rblk * {mr} < m ? i0 + rblk * {mr} : m;
-      long j0 = ct * cpan * {nr}, j1 = j0 + cpan * {nr} < npad ? j0 + cpan * {nr} : npad;
+      /* row blocks and panels dealt out evenly (at most cpan panels a task), so the static schedule's contiguous
+         runs of tasks carry equal work */
+      int i0 = (int)((long)blocks * rt / rtasks) * {mr}, i1 = (int)((long)blocks * (rt + 1) / rtasks) * {mr};
+      long j0 = panels * ct / ctasks * {nr}, j1 = panels * (ct + 1) / ctasks * {nr};
+      if (i1 > m) i1 = m;
       const float* a = A + bz / inner * sab + bz % inner * sai;
       const float* b = images ? B : B + bz / inner * sbb + bz % inner * sbi;
       float* c = C + bz * (long)m * n;
