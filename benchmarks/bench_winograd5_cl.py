@@ -90,8 +90,8 @@ def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts:
     from plait.schedule.scheduler import schedule
 
     r = get_device(device).renderer
-    saved = winograd_cl.WGRAD_TILE_TARGET
-    winograd_cl.WGRAD_TILE_TARGET = 36 * -(-k // 64) * -(-c // 64) * parts
+    saved = winograd_cl.R5_WGRAD_TILE_TARGET
+    winograd_cl.R5_WGRAD_TILE_TARGET = 36 * -(-k // 64) * -(-c // 64) * parts
     try:  # the graph's weight gradient makes its plan (and chunk count) as it is built
         nodes, _, _ = _graphs(device, c, k, hw, pad, batch, "2")
         with settings.override(PLAIT_WINOGRAD_CL="2"):
@@ -104,7 +104,7 @@ def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts:
                 winograd_cl=True,
             )
     finally:
-        winograd_cl.WGRAD_TILE_TARGET = saved
+        winograd_cl.R5_WGRAD_TILE_TARGET = saved
     specs = [it.gemm for it in items if it.kind == "gemm" and it.gemm is not None and it.gemm.batch % 36 == 0]
     return list(dict.fromkeys(specs))
 

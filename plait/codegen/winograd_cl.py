@@ -202,6 +202,11 @@ WGRAD_WIDE_KNOBS = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
 # channels in and out (7x7 to 112x112), 1.15-1.17x for vgg16's 64 -> 128 at 112x112, 0.82x and 0.97-0.99x for
 # 64 -> 64 at 56x56 and 224x224 (the transforms of x and dy cost as much as the products they save)
 WGRAD_MIN_IN = 64
+# F(2, 5)'s 36 products aim for more tiles: H100, alexnet's 64 -> 192 layer at batch 64 (12544 tiles, 108 64x64
+# tiles per chunk; benchmarks/bench_winograd5_cl.py --sweep --parts 10 4 2 1 6 12), the heuristic's tiles: 12 chunks
+# of 1056 columns 0.316 ms, 6 of 2112 0.320, 10 of 1280 (WGRAD_TILE_TARGET's 1080 tiles) 0.338, 4 0.389, 2 0.407,
+# 1 0.504; 12 chunks also pad V's columns to 12672 instead of 12800, which the forward's product runs on
+R5_WGRAD_TILE_TARGET = 1296
 
 
 def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
@@ -231,7 +236,8 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     parts = _wgrad_parts(base.tiles, wide, WGRAD_WIDE_TARGET, WGRAD_WIDE_MIN_CHUNK) if wide else 0
     if parts * wide < WGRAD_WIDE_TARGET or _chunk(base.tiles, max(parts, 1)) < WGRAD_WIDE_MIN_CHUNK:
         # too few 128x128 tiles or too short chunks: 64x64 ones (the generic weight-gradient rule)
-        parts = _wgrad_parts(base.tiles, base.xis * -(-k // 64) * -(-win.c // 64), WGRAD_TILE_TARGET)
+        target = WGRAD_TILE_TARGET if r == 3 else R5_WGRAD_TILE_TARGET
+        parts = _wgrad_parts(base.tiles, base.xis * -(-k // 64) * -(-win.c // 64), target)
     return replace(base, pad=WGRAD_CHUNK_UNIT * parts, parts=parts)
 
 

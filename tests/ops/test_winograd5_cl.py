@@ -136,6 +136,20 @@ def test_f25_auto_takes_the_training_forward() -> None:
     assert plan is None or (plan.fold, plan.r, plan.tiles) == (True, 5, 12544)
 
 
+def test_f25_weight_gradient_chunks() -> None:
+    """An F(2,5) weight gradient's K chunks aim for R5_WGRAD_TILE_TARGET 64x64 tiles, F(2,3)'s for WGRAD_TILE_TARGET:
+    alexnet b64's 5x5 layer (12544 tiles, 36 x 3 x 1 tiles per chunk) in 12 chunks of 1056 columns, V padded to
+    12672 columns; a 3x3 128 -> 192 layer keeps the fewest chunks that make WGRAD_TILE_TARGET (11 of 16 x 3 x 2)."""
+    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+        r5 = winograd_cl.wgrad_plan(Window(64, 64, 27, 27, 5, 5, 1, 1, 2, 2), 192)
+        r3 = winograd_cl.wgrad_plan(Window(64, 128, 27, 27, 3, 3, 1, 1, 1, 1), 192)
+    if winograd_cl.R5_AUTO:
+        assert r5 is not None and (r5.r, r5.parts, r5.pad, r5.tp) == (5, 12, 12 * 32, 12672)
+        assert 36 * 3 * r5.parts >= winograd_cl.R5_WGRAD_TILE_TARGET > 36 * 3 * (r5.parts - 1)
+    assert r3 is not None and (r3.r, r3.parts) == (3, 11)
+    assert 16 * 6 * r3.parts >= winograd_cl.WGRAD_TILE_TARGET > 16 * 6 * (r3.parts - 1)
+
+
 def test_f25_product_tiles() -> None:
     """F(2,5)'s products take winograd_cl.product_knobs before the generic tensor-core tile rules: alexnet b64's
     training forward (192 rows, 12800 tile columns with the weight gradient's chunk padding) the ragged-row tiles,
