@@ -28,6 +28,19 @@ ROWS, COLS = 96, 128  # patch rows and output channels per task
 KCW = 512  # positions per block: a task's buffers (patch rows, dy rows, partial sums) stay within L2
 
 
+def _task_head() -> str:
+    """The head of both forms' task loop: task t is K part s of the (row block, column block) tile it names, with
+    that tile's bounds, padded sizes and k-block range."""
+    return f"""#pragma omp for schedule(dynamic, 1)
+  for (long t = 0; t < base * parts; t++) {{
+    int s = (int)(t % parts), rc = (int)(t / parts / cch), cc = (int)(t / parts % cch);
+    int r0 = rc * {ROWS}, r1 = r0 + {ROWS} < nrow ? r0 + {ROWS} : nrow;
+    int c0 = cc * {COLS}, c1 = c0 + {COLS} < co ? c0 + {COLS} : co;
+    int rows = (r1 - r0 + {NC - 1}) / {NC} * {NC}, cols = (c1 - c0 + {MR - 1}) / {MR} * {MR};
+    int kb0 = (int)((long)s * nkb / parts), kb1 = (int)((long)(s + 1) * nkb / parts);
+"""
+
+
 def _source() -> str:
     """The library's C source for the tile and block sizes above."""
     return f"""//@shared-begin plait_wgrad
@@ -166,14 +179,7 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
       red = plait_shared_scratch((size_t)parts * co * nrow);
     }}
   }}
-#pragma omp for schedule(dynamic, 1)
-  for (long t = 0; t < base * parts; t++) {{
-    int s = (int)(t % parts), rc = (int)(t / parts / cch), cc = (int)(t / parts % cch);
-    int r0 = rc * {ROWS}, r1 = r0 + {ROWS} < nrow ? r0 + {ROWS} : nrow;
-    int c0 = cc * {COLS}, c1 = c0 + {COLS} < co ? c0 + {COLS} : co;
-    int rows = (r1 - r0 + {NC - 1}) / {NC} * {NC}, cols = (c1 - c0 + {MR - 1}) / {MR} * {MR};
-    int kb0 = (int)((long)s * nkb / parts), kb1 = (int)((long)(s + 1) * nkb / parts);
-    float* a = plait_scratch((size_t)(cols + rows) * {KCW} + (size_t)rows * cols * 16);
+{_task_head()}    float* a = plait_scratch((size_t)(cols + rows) * {KCW} + (size_t)rows * cols * 16);
     float* b = a + (size_t)cols * {KCW};
     plait_v16* part = (plait_v16*)(b + (size_t)rows * {KCW});
     int sp[{KCW}], sl[{KCW}], si[{KCW}], soy[{KCW}], sox[{KCW}];
@@ -319,14 +325,7 @@ static void plait_wgrad_s1(const float* dy, const float* x, float* dw, const pla
     memset(d + t1, 0, sizeof(float) * (size_t)(tp - t1));
   }}
   plait_team_barrier(); /* both operands are padded before any task reads them */
-#pragma omp for schedule(dynamic, 1)
-  for (long t = 0; t < base * parts; t++) {{
-    int s = (int)(t % parts), rc = (int)(t / parts / cch), cc = (int)(t / parts % cch);
-    int r0 = rc * {ROWS}, r1 = r0 + {ROWS} < nrow ? r0 + {ROWS} : nrow;
-    int c0 = cc * {COLS}, c1 = c0 + {COLS} < co ? c0 + {COLS} : co;
-    int rows = (r1 - r0 + {NC - 1}) / {NC} * {NC}, cols = (c1 - c0 + {MR - 1}) / {MR} * {MR};
-    int kb0 = (int)((long)s * nkb / parts), kb1 = (int)((long)(s + 1) * nkb / parts);
-    plait_v16* part = (plait_v16*)plait_scratch((size_t)rows * cols * 16);
+{_task_head()}    plait_v16* part = (plait_v16*)plait_scratch((size_t)rows * cols * 16);
     for (int kb = kb0; kb < kb1; kb++) {{
       int img = ipb > 1 ? kb * ipb : kb / per, nimg = 1;
       long pos0 = ipb > 1 ? 0 : kb % per * bs, kc = tp - pos0 < bs ? tp - pos0 : bs;
