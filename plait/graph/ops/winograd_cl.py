@@ -5,6 +5,7 @@ in a user's graph, so they have no gradient."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from plait.codegen import winograd_cl
@@ -49,32 +50,19 @@ def winograd_cl_wgrad(dy: Node, x: Node, plan: winograd_cl.WinogradCLPlan) -> No
     return Node("winograd_cl_wgrad", (matmul(a, b),), p, (p.k, p.c, p.r, p.r), dy.dtype, dy.device)
 
 
-def _only_opencl(r: Any, out: Node) -> None:
-    if r.dialect != "opencl":
-        raise UnsupportedError(f"{out.op} {out.shape}: this Winograd transform is rendered for OpenCL devices only")
+def _opencl_kernel(render: Callable[[winograd_cl.WinogradCLPlan], RenderedKernel]) -> Callable[..., RenderedKernel]:
+    """A node's kernel rule: `render` of the node's plan, on OpenCL devices only (the transforms exist for no other
+    dialect; the cpu has its own Winograd in plait/codegen/winograd_c.py)."""
+
+    def kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
+        if r.dialect != "opencl":
+            raise UnsupportedError(f"{out.op} {out.shape}: this Winograd transform is rendered for OpenCL devices only")
+        return render(out.arg)
+
+    return kernel
 
 
-def _weight_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
-    _only_opencl(r, out)
-    return winograd_cl.render_weight(out.arg)
-
-
-def _input_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
-    _only_opencl(r, out)
-    return winograd_cl.render_input(out.arg)
-
-
-def _dy_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
-    _only_opencl(r, out)
-    return winograd_cl.render_dy(out.arg)
-
-
-def _wgrad_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
-    _only_opencl(r, out)
-    return winograd_cl.render_wgrad(out.arg)
-
-
-register(OpDef("winograd_cl_weight", "custom", kernel=_weight_kernel))
-register(OpDef("winograd_cl_input", "custom", kernel=_input_kernel))
-register(OpDef("winograd_cl_dy", "custom", kernel=_dy_kernel))
-register(OpDef("winograd_cl_wgrad", "custom", kernel=_wgrad_kernel))
+register(OpDef("winograd_cl_weight", "custom", kernel=_opencl_kernel(winograd_cl.render_weight)))
+register(OpDef("winograd_cl_input", "custom", kernel=_opencl_kernel(winograd_cl.render_input)))
+register(OpDef("winograd_cl_dy", "custom", kernel=_opencl_kernel(winograd_cl.render_dy)))
+register(OpDef("winograd_cl_wgrad", "custom", kernel=_opencl_kernel(winograd_cl.render_wgrad)))
