@@ -32,6 +32,14 @@ def hold(obj: Any) -> None:
     _HELD.add(obj)
 
 
+def _epilogue(item: Item) -> gemm.Epilogue | None:
+    """The fused epilogue of a product item (GEMM, pointwise or Winograd) that the scheduler gave one
+    (`scheduler` sets item.extra["epilogue"] and ["extra"] together), else None."""
+    if "epilogue" not in item.extra:
+        return None
+    return gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
+
+
 def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> RenderedKernel:
     """The kernel of one scheduled item; a GEMM uses `knobs` when given (tuning), else the tuned or heuristic ones."""
     r = device.renderer
@@ -40,26 +48,13 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
         from plait.tune import knobs_for
 
         knobs = knobs if knobs is not None else knobs_for(device, "gemm", item.gemm)
-        epi = None
-        if "epilogue" in item.extra:
-            epi = gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
         render_fn = gemm.render_c if r.dialect == "c" else gemm.render_opencl
-        return render_fn(item.gemm, knobs, r, epi)
+        return render_fn(item.gemm, knobs, r, _epilogue(item))
     if item.kind == "pointwise":  # a 1x1 convolution across the vector lanes, its weights packed at plan build
         assert item.gemm is not None
-        epi = (
-            gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
-            if "extra" in item.extra
-            else None
-        )
-        return gemm.render_c(item.gemm, None, r, epi, lanes=item.extra["lanes"])
+        return gemm.render_c(item.gemm, None, r, _epilogue(item), lanes=item.extra["lanes"])
     if item.kind == "winograd":
-        epi = (
-            gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
-            if "extra" in item.extra
-            else None
-        )
-        return (winograd_cl if r.dialect == "opencl" else winograd_c).render(item.extra["winograd"], r, epi)
+        return (winograd_cl if r.dialect == "opencl" else winograd_c).render(item.extra["winograd"], r, _epilogue(item))
     if item.kind in ("custom", "contract"):
         kernel = OPS[item.out.op].kernel
         assert kernel is not None
