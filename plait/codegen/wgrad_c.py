@@ -28,6 +28,16 @@ ROWS, COLS = 96, 128  # patch rows and output channels per task
 KCW = 512  # positions per block: a task's buffers (patch rows, dy rows, partial sums) stay within L2
 
 
+def _task_split() -> str:
+    """Both forms' task count: rch x cch (row block, column block) tiles, each split into `parts` K parts (at most
+    nkb, the k blocks) so that the team has about four tasks per thread."""
+    return f"""  int rch = (nrow + {ROWS - 1}) / {ROWS}, cch = (co + {COLS - 1}) / {COLS};
+  long base = (long)rch * cch, want = 4L * omp_get_num_threads();
+  int parts = base >= want ? 1 : (int)((want + base - 1) / base);
+  if (parts > nkb) parts = nkb;
+"""
+
+
 def _task_head() -> str:
     """The head of both forms' task loop: task t is K part s of the (row block, column block) tile it names, with
     that tile's bounds, padded sizes and k-block range."""
@@ -167,11 +177,7 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
   bs = (bs + 15) / 16 * 16;
   per = (npos + bs - 1) / bs;
   int nkb = inplace ? images * per : (int)((total + {KCW - 1}) / {KCW});
-  int rch = (nrow + {ROWS - 1}) / {ROWS}, cch = (co + {COLS - 1}) / {COLS};
-  long base = (long)rch * cch, want = 4L * omp_get_num_threads();
-  int parts = base >= want ? 1 : (int)((want + base - 1) / base);
-  if (parts > nkb) parts = nkb;
-  float* red = 0;
+{_task_split()}  float* red = 0;
   if (parts > 1) {{
     red = plait_team_shared((size_t)parts * co * nrow);
     if (!red) {{
@@ -283,11 +289,7 @@ static void plait_wgrad_s1(const float* dy, const float* x, float* dw, const pla
   long bs = ((tp + per - 1) / per + 15) / 16 * 16;
   per = (int)((tp + bs - 1) / bs);
   int nkb = ipb > 1 ? (images + ipb - 1) / ipb : images * per;
-  int rch = (nrow + {ROWS - 1}) / {ROWS}, cch = (co + {COLS - 1}) / {COLS};
-  long base = (long)rch * cch, want = 4L * omp_get_num_threads();
-  int parts = base >= want ? 1 : (int)((want + base - 1) / base);
-  if (parts > nkb) parts = nkb;
-  size_t nx = (size_t)images * c * lp, ny = (size_t)images * cop * tp, nred = parts > 1 ? (size_t)parts * co * nrow : 0;
+{_task_split()}  size_t nx = (size_t)images * c * lp, ny = (size_t)images * cop * tp, nred = parts > 1 ? (size_t)parts * co * nrow : 0;
   float* xp = plait_team_shared(nx + ny + nred); /* a team step: the run's buffer */
   if (!xp) {{
 #pragma omp single copyprivate(xp)
