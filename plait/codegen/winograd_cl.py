@@ -69,9 +69,10 @@ WIDE = 512
 LOCAL = 128  # work-items per work-group of the transform kernels
 # 'auto' for 5x5 layers: F(2, 5)'s V and M hold 9x the image and the output, so only layers with R5_MIN_CHANNELS
 # channels in and out and R5_MIN_TILES tiles (alexnet's 64 -> 192 at 27x27 has 12544 at batch 64). H100, batch 64,
-# that layer direct / F(2, 5) (benchmarks/bench_winograd5_cl.py): input gradient 0.76 / 0.60 ms, weight gradient
-# 0.75 / 0.62, forward alone 0.72 / 0.74, the three in one plan (the forward taking the weight gradient's V) 2.26 /
-# 1.88; `pick` keeps an unfolded forward with more output than input channels on the implicit GEMM
+# that layer direct / F(2, 5) (benchmarks/bench_winograd5_cl.py, with the F(2, 5) product tiles): input gradient
+# 0.75 / 0.57 ms, weight gradient 0.75 / 0.61, the training forward 0.72 / 0.66. The inference forward (unfolded,
+# bias and ReLU in the output transform) takes it too: alexnet's b64 inference 2.10-2.12 -> 2.01-2.04 ms. At batch
+# 1 (196 tiles) F(2, 5) gained nothing (0.25-0.26 ms both ways), which R5_MIN_TILES keeps direct
 R5_AUTO = True
 R5_MIN_CHANNELS = 64
 R5_MIN_TILES = 4096
@@ -172,10 +173,7 @@ def pick(spec: Any) -> WinogradCLPlan | None:
     if mode == "off":
         return None
     if r == 5:
-        # unfolded 5x5 products with more output than input channels (an inference forward) keep the implicit GEMM:
-        # their output transform reads M, 9x the output (alexnet's 64 -> 192 forward alone ran 0.74 against 0.72 ms)
-        wins = _auto5(win.c, spec.m, plan.tiles) and (bool(fold) or win.c >= spec.m)
-        return plan if mode == "2" or wins else None
+        return plan if mode == "2" or _auto5(win.c, spec.m, plan.tiles) else None
     wide = min(win.c, spec.m) >= WIDE
     fewest = MIN_TILES if win.n > 1 else MIN_TILES_ONE_IMAGE_WIDE if wide else MIN_TILES_ONE_IMAGE
     if mode == "auto" and (min(win.c, spec.m) < MIN_CHANNELS or plan.tiles < fewest):

@@ -101,11 +101,12 @@ def _spec(n: int, c: int, k: int, h: int, w: int, stride: int = 1, pad: int = 2)
 @pytest.mark.parametrize(
     ("geo", "stride", "forward", "wgrad"),
     [
-        # alexnet's 5x5 layer at batch 64 (12544 tiles): its weight gradient; unfolded (an inference forward, 64 ->
-        # 192) it keeps the implicit GEMM, whose output transform would read 9x the output
-        ((64, 64, 192, 27, 27), 1, False, True),
+        # alexnet's 5x5 layer at batch 64 (12544 tiles): its inference forward (unfolded, 64 -> 192) and weight
+        # gradient
+        ((64, 64, 192, 27, 27), 1, True, True),
         ((64, 192, 64, 27, 27), 1, True, False),  # its input gradient (192 -> 64); 64 output channels: no wgrad
-        ((1, 192, 64, 27, 27), 1, False, False),  # batch 1: 196 tiles
+        ((1, 64, 192, 27, 27), 1, False, False),  # batch 1: 196 tiles
+        ((1, 192, 64, 27, 27), 1, False, False),
         ((64, 192, 32, 27, 27), 1, False, False),  # 32 output channels
         ((64, 192, 192, 27, 27), 2, False, False),  # strided
     ],
