@@ -15,6 +15,12 @@ tile heuristic's knobs and tensor-core tiles from 64x64 to 256x128, each with th
 four times as many:
 
     tools/gpu-run.sh python3 benchmarks/bench_wgrad_winograd_cl.py --sweep --layers 128x128x112 512x512x28
+
+`--step MODELS` instead times whole training steps in one process, in turns (round robin), against PyTorch's on
+CUDA (float32, TF32 off, cudnn.benchmark): plait's step under the rule, and for each `--below` value N the same step
+with the weight gradients of layers under N tiles kept direct:
+
+    tools/gpu-run.sh python3 benchmarks/bench_wgrad_winograd_cl.py --step cifar_cnn,resnet18 --below 2048
 """
 
 from __future__ import annotations
@@ -142,6 +148,76 @@ def _sweep(device: str, layers: list[tuple[int, ...]], batch: int, reps: int, se
             print("   " + "\n   ".join(lines[:8]), flush=True)
 
 
+def _plait_step(name: str, batch: int, device: str, below: int) -> Any:
+    """A replaying compiled training step of `name` whose Winograd weight gradients skip layers under `below` tiles
+    (0: the rule as it is); the choice is made while the step is traced."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from train_step_ab import plait_step
+
+    rule = F.wgrad_plan
+
+    def narrowed(win: Window, k: int) -> winograd_cl.WinogradCLPlan | None:
+        plan = rule(win, k)
+        return None if plan is None or plan.tiles < below else plan
+
+    F.wgrad_plan = narrowed
+    try:
+        return plait_step(name, batch, device, [])[0]
+    finally:
+        F.wgrad_plan = rule
+
+
+def _torch_step(name: str, batch: int) -> Any:
+    """PyTorch's training step of `name` on CUDA (float32, TF32 off, cudnn.benchmark), synchronised by `.item()`."""
+    import torch
+
+    from plait.bench.models import get
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    spec = get(name)
+    torch.manual_seed(0)
+    model = spec.torch_factory().cuda().train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0  # as plait's step in train_step_ab
+    x_np, y_np = spec.inputs(batch)
+    x, y = torch.from_numpy(x_np).cuda(), torch.from_numpy(y_np).long().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step() -> float:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return float(loss.item())
+
+    for _ in range(3):
+        step()
+    return step
+
+
+def _steps(models: list[str], batch: int, device: str, belows: list[int], rounds: int, iters: int) -> None:
+    """Median step times (ms) of the rule, each `belows` variant and torch, timed in turns."""
+    for name in models:
+        steps = {"rule": _plait_step(name, batch, device, 0)}
+        steps.update({f"below {b}": _plait_step(name, batch, device, b) for b in belows})
+        steps["torch"] = _torch_step(name, batch)
+        times: dict[str, list[float]] = defaultdict(list)
+        for _ in range(rounds):
+            for key, f in steps.items():
+                f()
+                t = time.perf_counter()
+                for _ in range(iters):
+                    f()
+                times[key].append((time.perf_counter() - t) * 1e3 / iters)
+        print(f"== {name} b{batch} on {device}: {rounds} rounds of {iters} steps, median ms (min-max of rounds)")
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        for key, v in times.items():
+            print(f"{key:12s} {med[key]:8.3f} ({min(v):.3f}-{max(v):.3f})  torch/this {med['torch'] / med[key]:.3f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="opencl:0")
@@ -151,7 +227,14 @@ def main() -> None:
     ap.add_argument("--targets", nargs="*", type=int, default=[winograd_cl.WGRAD_TILE_TARGET])
     ap.add_argument("--sweep", action="store_true", help="time the Winograd products alone under tiles and chunks")
     ap.add_argument("--seconds", type=float, default=150.0, help="--sweep: stop starting new products after this")
+    ap.add_argument("--step", default="", help="comma-separated models: time training steps instead")
+    ap.add_argument("--below", nargs="*", type=int, default=[], help="--step: variants keeping layers under N tiles")
+    ap.add_argument("--rounds", type=int, default=7, help="--step: turns of each variant")
+    ap.add_argument("--iters", type=int, default=10, help="--step: steps per turn")
     args = ap.parse_args()
+    if args.step:
+        _steps(args.step.split(","), args.batch, args.device, args.below, args.rounds, args.iters)
+        return
     layers = [tuple(int(v) for v in s.split("x")) for s in args.layers] if args.layers else LAYERS
     if args.sweep:
         _sweep(args.device, layers, args.batch, args.reps, args.seconds)
