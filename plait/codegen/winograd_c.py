@@ -1,4 +1,5 @@
-"""Winograd convolution for the C device: 3x3, stride-1 convolutions with fewer multiplies than the implicit GEMM.
+"""Winograd convolution for the C device: 3x3 (and 5x5), stride-1 convolutions with fewer multiplies than the
+implicit GEMM.
 
 F(m, 3) computes an m x m output tile from an (m+2) x (m+2) input tile with (m+2)^2 products per channel pair instead
 of 9 m^2 (F(4, 3): 36 instead of 144, a 4x cut; F(2, 3): 16 instead of 36, 2.25x). Per block of tiles the kernel
@@ -9,6 +10,9 @@ residual) while the tiles are in cache. The product loop is the C GEMM's registe
 (gemm_c.py), so the multiplies run at the same rate as the implicit GEMM's; what Winograd adds is transform work
 and memory traffic (U is (m+2)^2 / 9 times the weight), which is why `pick` uses it only for layers where it was
 measured to win.
+
+5x5 layers run F(2, 5) (a plan's `r` = 5; its matrices are winograd_cl.F25): 6x6 input tiles like F(4, 3)'s, 36
+products per 2x2 outputs instead of 100, through the same transforms' code, driver and micro-kernel.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ PER_CALL_MIN_POSITIONS = 2048  # output positions (batch x plane) that pay for a
 # lost to F(2,3) on 16 tiles (14x14 at batch 1: 1.45x against 1.67x over the implicit GEMM) and won from 49 on
 MIN_TILES_F4 = 32
 MIN_TILES_F2 = 16
+# F(2, 5) only where the weight transform runs once per plan: an inference layer, alexnet's 64 -> 192 5x5 (the
+# only 5x5 layer among the benchmark nets) measured with constant weights, never in a training step
+R5_MIN_CHANNELS = 32
 U_CACHED = 1 << 20  # bytes of transformed weights that stay in L2 from one tile block to the next
 
 
@@ -95,10 +102,16 @@ class WinogradPlan:
     ph: int
     pw: int
     w_view: tuple[int, int, int]
+    r: int = 3
 
     @property
     def alpha(self) -> int:
-        return self.m + 2
+        return self.m + self.r - 1
+
+    @property
+    def tag(self) -> str:
+        """The C names' tile part: f2 and f4 for F(2, 3) and F(4, 3) (as they always were), f2r5 for F(2, 5)."""
+        return _tag(self.m, self.r)
 
     @property
     def kp(self) -> int:
@@ -129,27 +142,42 @@ class WinogradPlan:
         return (self.alpha * self.alpha, self.kp, self.ldu)
 
 
+def _tag(m: int, r: int) -> str:
+    return f"f{m}" if r == 3 else f"f{m}r{r}"
+
+
+def _matrices(m: int, r: int) -> tuple[_Mat, _Mat, _Mat]:
+    """(B^T, G, A^T) of F(m, r): F(2, 3) and F(4, 3) from TRANSFORMS, F(2, 5) from winograd_cl (defined once there,
+    with the OpenCL kernels that first used it; imported here because winograd_cl imports this module)."""
+    if r == 3 and m in TRANSFORMS:
+        return TRANSFORMS[m]
+    if (m, r) == (2, 5):
+        from plait.codegen.winograd_cl import F25
+
+        return F25
+    raise PlaitError(f"Winograd F({m}, {r}): the C kernels have F(2, 3), F(4, 3) and F(2, 5); use PLAIT_WINOGRAD=off")
+
+
 def eligible(spec: Any) -> bool:
-    """True when `spec` (a GemmSpec) is an implicit-GEMM convolution Winograd can run: 3x3 taps, stride 1, no
-    dilation, one group, a weight shared by every image and read as (K, C*9) rows."""
+    """True when `spec` (a GemmSpec) is an implicit-GEMM convolution Winograd can run: 3x3 or 5x5 taps, stride 1, no
+    dilation, one group, a weight shared by every image and read as (K, C*r*r) rows."""
     win = spec.conv
-    if (
-        win is None
-        or getattr(win, "fold", False)
-        or (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) != (3, 3, 1, 1, 1, 1)
-    ):
+    if win is None or getattr(win, "fold", False) or win.kh != win.kw or win.kh not in (3, 5):
+        return False
+    r = win.kh
+    if (win.sh, win.sw, win.dh, win.dw) != (1, 1, 1, 1):
         return False
     _, sab, sam, sak = spec.a
     return (
         spec.batch == win.n
         and spec.n == win.oh * win.ow
-        and spec.k == win.c * 9
+        and spec.k == win.c * r * r
         and sab == 0
         and spec.a_inner == 0
         and sak == 1
         and sam >= spec.k
-        and win.ph <= 2
-        and win.pw <= 2
+        and win.ph <= r - 1
+        and win.pw <= r - 1
     )
 
 
@@ -157,16 +185,21 @@ def _tile_m(spec: Any, constant_weight: bool) -> int | None:
     """The Winograd tile size for an eligible convolution, from the per-layer measurements recorded in
     docs/benchmarks.md ("CPU: Winograd for 3x3 convolutions"), or the PLAIT_WINOGRAD setting when it forces one."""
     mode = settings.get("PLAIT_WINOGRAD")
-    if mode == "off":
-        return None
-    if mode in ("2", "4"):
-        return int(mode)
-    if mode != "auto":
+    win = spec.conv
+    if mode not in ("auto", "off", "2", "4"):
         raise PlaitError(
-            f"3x3 convolution {spec.conv.n}x{spec.conv.c}x{spec.conv.h}x{spec.conv.w} -> {spec.m} channels:"
+            f"{win.kh}x{win.kw} convolution {win.n}x{win.c}x{win.h}x{win.w} -> {spec.m} channels:"
             f" PLAIT_WINOGRAD={mode!r} is not one of auto, off, 2, 4; unset it for the per-layer choice"
         )
-    win = spec.conv
+    if mode == "off":
+        return None
+    if win.kh == 5:
+        # F(2, 5), the only 5x5 tile, keeps its own rule whatever 3x3 tile a forced 2 or 4 picks
+        if not constant_weight or min(win.c, spec.m) < R5_MIN_CHANNELS:
+            return None
+        return 2 if win.n * -(-win.oh // 2) * -(-win.ow // 2) >= MIN_TILES_F2 else None
+    if mode in ("2", "4"):
+        return int(mode)
     if win.c < MIN_CHANNELS or spec.m < MIN_CHANNELS:
         return None  # few channels: the transforms cost about as much as the multiplies they save
     if not constant_weight and win.n * win.oh * win.ow < PER_CALL_MIN_POSITIONS:
@@ -207,14 +240,14 @@ def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
     if m is None:
         return None
     win = spec.conv
-    k, c = spec.m, win.c
+    k, c, r = spec.m, win.c, win.kh
     tw, rows = -(-win.ow // m), win.n * -(-win.oh // m)
     best: tuple[float, int, int, int] | None = None
     for mr, nv in gemm_c.TILES:
         nr, kp = nv * gemm_c.VW, -(-k // mr) * mr
         # a block re-reads all of U: beyond what stays in L2 next to V, streaming it costs about 6/tiles of the
         # block's product time (L3 bandwidth against the micro-kernel's rate, measured on the 2-core Xeon)
-        streamed = (m + 2) ** 2 * kp * c * 4 > U_CACHED
+        streamed = (m + r - 1) ** 2 * kp * c * 4 > U_CACHED
         for rpb in range(1, rows + 1):
             if rpb > 1 and rpb * tw > TARGET_TILES:
                 break
@@ -229,7 +262,7 @@ def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
     assert best is not None
     _, mr, nv, rpb = best
     ao, _, sam, sak = spec.a
-    return WinogradPlan(m, mr, nv, rpb, win.n, c, k, win.h, win.w, win.oh, win.ow, win.ph, win.pw, (ao, sam, sak))
+    return WinogradPlan(m, mr, nv, rpb, win.n, c, k, win.h, win.w, win.oh, win.ow, win.ph, win.pw, (ao, sam, sak), r)
 
 
 def _lit(f: Fraction) -> str:
@@ -269,15 +302,18 @@ def _sandwich(
     return lines, out
 
 
-def _gather(m: int) -> str:
-    """Statements storing, for each tile element column v, 16 tiles' elements row[m * tx + v] (tx < 16) of one
-    zero-padded input row chunk `s` into P: the row's m vectors (and m more loaded m floats further on, for v >= m)
-    are deinterleaved with two-source shuffles instead of 16 strided scalar copies."""
-    al = m + 2
-    lines = [f"        plait_v16 x{i} = *(const plait_v16*)(s + {16 * i});" for i in range(m)]
-    lines += [f"        plait_v16 y{i} = *(const plait_v16*)(s + {m + 16 * i});" for i in range(m)]
+def _gather(m: int, al: int) -> str:
+    """Statements storing, for each tile element column v < al, 16 tiles' elements row[m * tx + v] (tx < 16) of one
+    zero-padded input row chunk `s` into P: the row's m vectors (and m more loaded m, 2m, ... floats further on, for
+    v >= m) are deinterleaved with two-source shuffles instead of 16 strided scalar copies."""
+    names = "xyz"
+    lines = [
+        f"        plait_v16 {names[q]}{i} = *(const plait_v16*)(s + {q * m + 16 * i if q else 16 * i});"
+        for q in range(-(-al // m))
+        for i in range(m)
+    ]
     for v in range(al):
-        src, vv = ("x", v) if v < m else ("y", v - m)
+        src, vv = names[v // m], v % m
         if m == 2:
             idx = [vv + 2 * i for i in range(8)] + [16 + vv + 2 * i for i in range(8)]
             expr = f"PLAIT_WSHUF({src}0, {src}1, {', '.join(map(str, idx))})"
@@ -293,13 +329,11 @@ def _gather(m: int) -> str:
     return "\n".join(lines)
 
 
-def _transforms(m: int) -> str:
-    """The input and output tile transforms for F(m, 3), in explicit 16-wide vectors over the tiles of a block (the
+def _transforms(m: int, r: int) -> str:
+    """The input and output tile transforms for F(m, r), in explicit 16-wide vectors over the tiles of a block (the
     block's tile columns are padded to whole panels, so every vector is full)."""
-    if m not in (2, 4):
-        raise PlaitError(f"Winograd F({m}, 3): only F(2, 3) and F(4, 3) have C transforms; use PLAIT_WINOGRAD=2 or 4")
-    bt, _, at = TRANSFORMS[m]
-    al, v16 = m + 2, "plait_v16"
+    bt, _, at = _matrices(m, r)
+    al, v16, f = m + r - 1, "plait_v16", _tag(m, r)
     src_in = [[f"*(const {v16}*)(P + {u * al + v} * pp + j)" for v in range(al)] for u in range(al)]
     lines_in, v_out = _sandwich(bt, src_in, "t", "    ", v16)
     stores_in = [f"    *({v16}*)(d + {a * al + b} * xs) = {v_out[a][b]};" for a in range(al) for b in range(al)]
@@ -308,15 +342,15 @@ def _transforms(m: int) -> str:
     stores_out = [f"      *({v16}*)(O + {a * m + b} * tbp + j) = {y_out[a][b]};" for a in range(m) for b in range(m)]
     body_in = "\n".join(lines_in + stores_in)
     body_out = "\n".join(lines_out + stores_out)
-    return f"""//@shared-begin plait_wino_f{m}
+    return f"""//@shared-begin plait_wino_{f}
 /* Input tiles of channel c for tile rows [r0, r1) (row R = image R / th, tile row R % th) into the block's
    panels: tile j of the block is panel column j % nr of panel j / nr, element xi of the tile at stride xs. */
-__attribute__((noinline)) static void plait_wino_in_f{m}(const float* x, const plait_wino_geo* g, long r0, long r1,
+__attribute__((noinline)) static void plait_wino_in_{f}(const float* x, const plait_wino_geo* g, long r0, long r1,
                                                         int c, float* V, int nr) {{
   int tw = g->tw, tbp = g->tbp, tiles = (int)(r1 - r0) * tw, used = (tiles + nr - 1) / nr * nr;
   /* P's rows have 16 columns of slack: a tile row's last 16-tile store may run past its tiles (the next tile row,
      or the zeroing below, overwrites those columns); an input row holds whole 16-tile chunks and m floats more */
-  int pp = tbp + 16, chunks = (tw + 15) / 16, pitch = chunks * {16 * m} + 16, wp = tw * {m} + 2;
+  int pp = tbp + 16, chunks = (tw + 15) / 16, pitch = chunks * {16 * m} + 16, wp = tw * {m} + {al - m};
   long xs = (long)(tbp / nr) * g->c * nr + PLAIT_WINO_SKEW;
   float P[{al * al} * pp] __attribute__((aligned(64))), rb[{al} * pitch] __attribute__((aligned(64)));
   for (int u = 0; u < {al}; u++) memset(rb + u * pitch + wp, 0, sizeof(float) * (pitch - wp)); /* read, never used */
@@ -340,7 +374,7 @@ __attribute__((noinline)) static void plait_wino_in_f{m}(const float* x, const p
       for (int ch = 0; ch < chunks; ch++) {{
         const float* s = rb + u * pitch + ch * {16 * m};
         float* p = P + u * {al} * pp + jb + ch * 16;
-{_gather(m)}
+{_gather(m, al)}
       }}
   }}
   /* columns past the block's last tile are zeros, so the products there stay finite */
@@ -354,7 +388,7 @@ __attribute__((noinline)) static void plait_wino_in_f{m}(const float* x, const p
 
 /* Output tiles of `rows` channels from k0 (products mb[xi][i][j], j a tile of the block) into Y, through the
    scratch O (m*m x tbp). */
-__attribute__((noinline)) static void plait_wino_out_f{m}(const float* Mb, int mr, int rows, long r0, long r1,
+__attribute__((noinline)) static void plait_wino_out_{f}(const float* Mb, int mr, int rows, long r0, long r1,
                                                          const plait_wino_geo* g, float* Y, int k0, float* O) {{
   int tw = g->tw, tbp = g->tbp, used = ((int)(r1 - r0) * tw + 15) / 16 * 16;
   long ms = (long)mr * tbp + PLAIT_WINO_SKEW;
@@ -398,12 +432,12 @@ typedef int plait_wi16 __attribute__((vector_size(64)));
 """
 
 
-def _driver(m: int, mr: int, nv: int) -> str:
+def _driver(m: int, r: int, mr: int, nv: int) -> str:
     """Blocks of tile rows: per chunk of blocks, one parallel pass transforms the input tiles (one task per block and
     channel), a second runs the products, output transform and epilogue (one task per block and row tile)."""
-    al2, nr, t = (m + 2) ** 2, nv * gemm_c.VW, f"{mr}x{nv}"
-    return f"""//@shared-begin plait_wino_f{m}_{t}
-static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float* X, const float* U, float* Y,
+    al2, nr, t, f = (m + r - 1) ** 2, nv * gemm_c.VW, f"{mr}x{nv}", _tag(m, r)
+    return f"""//@shared-begin plait_wino_{f}_{t}
+static void plait_wino_{f}_{t}(const plait_wino_geo* g, int images, const float* X, const float* U, float* Y,
                               plait_epi_fn epi, void* const* extra) {{
   long rows_all = (long)images * g->th;
   int rpb = g->rpb, tbp = g->tbp, panels = tbp / {nr}, groups = g->kp / {mr};
@@ -423,7 +457,7 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
 #pragma omp for schedule(static) nowait
       for (long t = 0; t < nb * g->c; t++) {{
         long r0 = (b0 + t / g->c) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
-        plait_wino_in_f{m}(X, g, r0, r1, (int)(t % g->c), V + t / g->c * vblock, {nr});
+        plait_wino_in_{f}(X, g, r0, r1, (int)(t % g->c), V + t / g->c * vblock, {nr});
       }}
       plait_team_barrier(); /* every input tile is transformed before the products read them */
 #pragma omp for schedule(static) nowait
@@ -438,7 +472,7 @@ static void plait_wino_f{m}_{t}(const plait_wino_geo* g, int images, const float
           for (int p = 0; p < used; p++)
             plait_micro_{t}(g->c, U + ((long)xi * g->kp + k0) * g->ldu, g->ldu, vb + xi * xs + (long)p * g->c * {nr},
                             mb + xi * ms + p * {nr}, tbp, 1, {mr}, {nr}, 0);
-        plait_wino_out_f{m}(mb, {mr}, rows, r0, r1, g, Y, k0, mb + {al2} * ms);
+        plait_wino_out_{f}(mb, {mr}, rows, r0, r1, g, Y, k0, mb + {al2} * ms);
         /* the epilogue runs on each image's rows of finished output, a contiguous run of every channel plane */
         for (long R = r0; epi && R < r1;) {{
           long n = R / g->th, end = (n + 1) * g->th < r1 ? (n + 1) * g->th : r1;
@@ -464,8 +498,8 @@ def _geo(p: WinogradPlan) -> str:
 
 def library(p: WinogradPlan) -> str:
     """The shared C code a Winograd kernel calls: the GEMM library (micro-kernel, scratch buffers), the tile
-    transforms for F(m, 3) and the driver for its register tile."""
-    return gemm_c.library(p.mr, p.nv) + _GEO + _transforms(p.m) + _driver(p.m, p.mr, p.nv)
+    transforms for F(m, r) and the driver for its register tile."""
+    return gemm_c.library(p.mr, p.nv) + _GEO + _transforms(p.m, p.r) + _driver(p.m, p.r, p.mr, p.nv)
 
 
 def _epilogue(p: WinogradPlan, r: Any, epi: Any) -> tuple[str, str, str, str, str]:
@@ -504,19 +538,19 @@ def render(p: WinogradPlan, r: Any, epi: Any = None) -> RenderedKernel:
     """The convolution kernel C = conv(B, U) (U the transformed weight) followed by `epi`, a gemm.Epilogue."""
     epi_src, epi_fn, extra, holder, params = _epilogue(p, r, epi)
     body = f"""{holder}  static const plait_wino_geo geo = {{{_geo(p)}}};
-  plait_wino_f{p.m}_{p.mr}x{p.nv}(&geo, {p.n}, B, A, C, {epi_fn}, {extra});
+  plait_wino_{p.tag}_{p.mr}x{p.nv}(&geo, {p.n}, B, A, C, {epi_fn}, {extra});
 """
     args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
     src = entry_points("KERNEL_NAME", args, body, f"{library(p)}/* KERNEL_NAME */\n{epi_src}")
-    return _named(f"WINO{p.m}_{p.n}x{p.k}x{p.oh * p.ow}x{p.c * 9}", src)
+    return _named(f"WINO{p.m}_{p.n}x{p.k}x{p.oh * p.ow}x{p.c * p.r * p.r}", src)
 
 
 def render_weight(p: WinogradPlan) -> RenderedKernel:
-    """The weight transform U[xi][k][c] = (G w[k, c] G^T)[xi] (rows k >= K zero), from the (K, C*9) weight view."""
-    _, g, _ = TRANSFORMS[p.m]
-    al = p.alpha
+    """The weight transform U[xi][k][c] = (G w[k, c] G^T)[xi] (rows k >= K zero), from the (K, C*r*r) weight view."""
+    _, g, _ = _matrices(p.m, p.r)
+    al, r = p.alpha, p.r
     ao, sam, sak = p.w_view
-    src = [[f"w[{(u * 3 + v) * sak}]" for v in range(3)] for u in range(3)]
+    src = [[f"w[{(u * r + v) * sak}]" for v in range(r)] for u in range(r)]
     lines, out = _sandwich(g, src, "u", "      ")
     stores = [
         f"      U[({a * al + b}L * {p.kp} + k) * {p.ldu} + c] = {out[a][b]};" for a in range(al) for b in range(al)
@@ -530,7 +564,7 @@ def render_weight(p: WinogradPlan) -> RenderedKernel:
         {zero}
         continue;
       }}
-      const float* w = W + {ao} + (long)k * {sam} + (long)c * {9 * sak};
+      const float* w = W + {ao} + (long)k * {sam} + (long)c * {r * r * sak};
 {body}
     }}
 """
