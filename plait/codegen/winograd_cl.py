@@ -195,11 +195,21 @@ WGRAD_CHUNK_UNIT = 32  # chunks hold whole BK 32 steps, so no K edge is checked
 WGRAD_WIDE_TARGET = 256
 WGRAD_WIDE_MIN_CHUNK = 3136
 WGRAD_WIDE_KNOBS = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
+# 64 input channels (vgg16's conv2_1, 64 -> 128 at 112x112, batch 64: 33, 66 and 132 chunks of 6112, 3072 and 1536
+# columns): the generic rule's 64x64 tiles with BK 32 ran 1.378, 1.369 and 1.360 ms, the same with KS 2 1.338, 1.319
+# and 1.316, the fastest of the sweep's tiles in each (128x64 ones 1.385-1.729, 128x128 ones 1.99-2.28)
+WGRAD_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
 # 'auto': a weight gradient runs Winograd with at least MIN_CHANNELS output channels and WGRAD_MIN_IN input ones.
 # H100, batch 64, direct / Winograd (benchmarks/bench_wgrad_winograd_cl.py): 1.21-1.73x for every layer of 128+
 # channels in and out (7x7 to 112x112), 1.15-1.17x for vgg16's 64 -> 128 at 112x112, 0.82x and 0.97-0.99x for
 # 64 -> 64 at 56x56 and 224x224 (the transforms of x and dy cost as much as the products they save)
 WGRAD_MIN_IN = 64
+# Under MIN_CHANNELS input channels a weight gradient also needs WGRAD_MIN_TILES_NARROW tiles. H100, batch 64, direct /
+# Winograd (bench_wgrad_winograd_cl.py, each kernel alone): 64 -> 128 at 8x8 (1024 tiles, cifar_cnn) 0.054 / 0.058 ms
+# (0.94x), at 16x16 (4096) 0.108 / 0.101 (1.07x); with 128+ channels in and out 1024 tiles won (128 -> 128 at 8x8
+# 1.13x, 256 -> 256 and 512 -> 512 at 7x7 1.14x and 1.21x), and cifar_cnn's and resnet18's steps ran the same with
+# their 1024-tile layers direct (2.327 / 2.332 ms, 22.88 / 22.75)
+WGRAD_MIN_TILES_NARROW = 4096
 # F(2, 5)'s 36 products aim for more tiles: H100, alexnet's 64 -> 192 layer at batch 64 (12544 tiles, 108 64x64
 # tiles per chunk; benchmarks/bench_winograd5_cl.py --sweep --parts 10 4 2 1 6 12), the heuristic's tiles: 12 chunks
 # of 1056 columns 0.316 ms, 6 of 2112 0.320, 10 of 1280 (WGRAD_TILE_TARGET's 1080 tiles) 0.338, 4 0.389, 2 0.407,
@@ -216,7 +226,7 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     over the tiles) run on the GEMM in `parts` K chunks, and `render_wgrad` sums the chunks and applies G^T . G.
     That is 16 multiplies per channel pair and 2x2 outputs where the direct product does 36. PLAIT_WINOGRAD_CL
     decides as for the forward: 'auto' with MIN_CHANNELS output and WGRAD_MIN_IN input channels and MIN_TILES
-    tiles, 'off' never, '2' always."""
+    tiles (WGRAD_MIN_TILES_NARROW under MIN_CHANNELS input channels), 'off' never, '2' always."""
     r = _square(win)
     if not r:
         return None
@@ -226,7 +236,8 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     )
     base = replace(base, r=r) if r != 3 else base
     narrow = k < MIN_CHANNELS or win.c < WGRAD_MIN_IN
-    if mode == "off" or (mode == "auto" and (narrow or base.tiles < MIN_TILES)):
+    fewest = MIN_TILES if win.c >= MIN_CHANNELS else WGRAD_MIN_TILES_NARROW
+    if mode == "off" or (mode == "auto" and (narrow or base.tiles < fewest)):
         return None
     if r == 5 and mode == "auto" and not _auto5(win.c, k, base.tiles):
         return None
@@ -249,27 +260,38 @@ def _wgrad_parts(tiles: int, per_chunk: int, target: int, shortest: int = WGRAD_
 
 
 def wgrad_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
-    """WGRAD_WIDE_KNOBS for the batched product of a Winograd weight gradient (`winograd_cl_wgrad`'s D[xi] @ V[xi]^T
-    in K chunks, as the scheduler lays it out: both operands (16, rows, tile columns), the chunks along the tile
-    columns) whose rows and columns are whole 128-row tiles and make WGRAD_WIDE_TARGET of them in chunks of at
-    least WGRAD_WIDE_MIN_CHUNK, else None (the generic tile rule). The tensor-core tile heuristic asks this first,
-    so `wgrad_plan`'s chunk count and these tiles go together."""
-    if spec.batch % (ALPHA * ALPHA) or spec.m % 128 or spec.n % 128 or spec.k < WGRAD_WIDE_MIN_CHUNK:
+    """Tiles for the batched product of a Winograd weight gradient (`winograd_cl_wgrad`'s D[xi] @ V[xi]^T in K
+    chunks, as the scheduler lays it out: both operands (16, rows, tile columns), the chunks along the tile columns):
+    WGRAD_WIDE_KNOBS where its rows and columns are whole 128-row tiles and make WGRAD_WIDE_TARGET of them in chunks
+    of at least WGRAD_WIDE_MIN_CHUNK, WGRAD_NARROW_KNOBS for whole 128 rows by 64 columns (64 input channels), else
+    None (the generic tile rule). The tensor-core tile heuristic asks this first, so `wgrad_plan`'s chunk count and
+    these tiles go together."""
+    if spec.batch % (ALPHA * ALPHA) or spec.m % 128 or not _wgrad_layout(spec):
         return None
-    if spec.conv is not None or spec.conv_t is not None or spec.a_nchw is not None:
+    if spec.n == 64:
+        return dict(WGRAD_NARROW_KNOBS)
+    if spec.n % 128 or spec.k < WGRAD_WIDE_MIN_CHUNK:
         return None
     if spec.batch * (spec.m // 128) * (spec.n // 128) < WGRAD_WIDE_TARGET:
         return None
+    return dict(WGRAD_WIDE_KNOBS)
+
+
+def _wgrad_layout(spec: gemm.GemmSpec) -> bool:
+    """Whether `spec` reads its operands as `winograd_cl_wgrad`'s product: 16 x parts products, the chunk s of the
+    product xi at xi's (rows, tile columns) plane plus s chunks along the columns, A along K, B transposed."""
+    if spec.conv is not None or spec.conv_t is not None or spec.a_nchw is not None:
+        return False
     parts = spec.batch // (ALPHA * ALPHA)
     tp = spec.k * parts
     if (spec.a[2], spec.a[3], spec.b[2], spec.b[3]) != (tp, 1, 1, tp):
-        return None
+        return False
     a_plane, b_plane = spec.m * tp, spec.n * tp  # one xi's D and V
     for xi, s in ((0, 0), (0, parts - 1), (1, 0), (ALPHA * ALPHA - 1, parts - 1)):
         bz = xi * parts + s
         if spec.a_at(bz) != xi * a_plane + s * spec.k or spec.b_at(bz) != xi * b_plane + s * spec.k:
-            return None
-    return dict(WGRAD_WIDE_KNOBS)
+            return False
+    return True
 
 
 # Tiles for F(2, 5)'s 36 products M[xi] = U[xi] V[xi] (the forward, and the input gradient that takes its path),

@@ -95,6 +95,10 @@ def test_auto_picks_wide_layers_in_chunks_of_whole_k_steps() -> None:
         assert winograd_cl.wgrad_plan(Window(64, 64, 112, 112, 3, 3, 1, 1, 1, 1), 128) is not None  # vgg16 conv2_1
         assert winograd_cl.wgrad_plan(Window(64, 256, 28, 28, 3, 3, 2, 2, 1, 1), 256) is None  # stride 2
         assert winograd_cl.wgrad_plan(Window(1, 256, 28, 28, 3, 3, 1, 1, 1, 1), 256) is None  # 196 tiles
+        # under 128 input channels WGRAD_MIN_TILES_NARROW tiles (cifar_cnn's 64 -> 128 at 8x8 has 1024), else MIN_TILES
+        assert winograd_cl.wgrad_plan(Window(64, 64, 8, 8, 3, 3, 1, 1, 1, 1), 128) is None
+        assert winograd_cl.wgrad_plan(Window(64, 64, 16, 16, 3, 3, 1, 1, 1, 1), 128) is not None  # 4096 tiles
+        assert winograd_cl.wgrad_plan(Window(64, 128, 8, 8, 3, 3, 1, 1, 1, 1), 128) is not None  # 1024 tiles
         p = winograd_cl.wgrad_plan(Window(64, 256, 56, 56, 3, 3, 1, 1, 1, 1), 256)
     assert p is not None and p.tiles == 64 * 28 * 28
     chunk = p.tp // p.parts
@@ -172,6 +176,24 @@ def test_wide_products_take_the_winograd_tile_rule(device: str, monkeypatch: pyt
         forward = winograd_cl.WinogradCLPlan(64, 512, 512, 28, 28, 28, 28, 1, 1, (0, 512 * 784), (0, 4608, 1))
     others = [it.gemm for it in Plan([direct]).items if it.kind == "gemm"] + [forward.gemm_spec()]
     assert others and all(s is not None and winograd_cl.wgrad_knobs(s) is None for s in others)
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_narrow_products_take_the_winograd_tile_rule(device: str) -> None:
+    """A weight gradient with 64 input channels and 128 output ones: its scheduled product (16 x 128 x 64) takes
+    WGRAD_NARROW_KNOBS (64x64 tiles, K split over two warps) from the tensor-core heuristic, and the gradient stays
+    right; 32 input channels or 64 output ones are other products."""
+    from plait.tune import _tc_heuristic
+
+    node, want = _weight_gradient(device, 1, 64, 128, 4, 4, 1, "2")
+    plan = Plan([node])
+    (spec,) = [it.gemm for it in plan.items if it.kind == "gemm"]
+    assert spec is not None and (spec.batch, spec.m, spec.n) == (16, 128, 64)
+    assert winograd_cl.wgrad_knobs(spec) == winograd_cl.WGRAD_NARROW_KNOBS == _tc_heuristic(spec)
+    (got,) = plan()
+    assert float(np.abs(got.astype(np.float64) - want).max()) <= TOL * float(np.abs(want).max())
+    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, n=32, b=(0, 32 * spec.k, 1, spec.k))) is None
+    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, m=64, a=(0, 64 * spec.k, spec.k, 1))) is None
 
 
 def test_wide_rule_checks_the_product_layout() -> None:
