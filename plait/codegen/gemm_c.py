@@ -361,7 +361,8 @@ def _micro(mr: int, nv: int) -> str:
         plait_v16* dst = (plait_v16*)(c + i * rs + v * {VW});
         *dst = add ? *dst + acc[i][v] : acc[i][v];
       }}
-  }} else if (cs == 1) {{ /* a partial tile: vector stores to the stack, then each row's nr columns as one run */
+  }} else {{ /* a partial or transposed tile: vector stores to the stack, then element runs (acc is never indexed
+    by a variable, so it stays in registers: indexing it spilled all accumulators to the stack on every call) */
     float tmp[{mr * nr}] __attribute__((aligned(64)));
 #pragma GCC unroll {mr}
     for (int i = 0; i < {mr}; i++)
@@ -370,19 +371,15 @@ def _micro(mr: int, nv: int) -> str:
     for (int i = 0; i < mr; i++) {{
       float* restrict ci = c + i * rs;
       const float* ti = tmp + i * {nr};
-      if (add) {{
+      if (cs != 1) {{
+        for (int j = 0; j < nr; j++) ci[j * cs] = add ? ci[j * cs] + ti[j] : ti[j];
+      }} else if (add) {{
 #pragma omp simd
         for (int j = 0; j < nr; j++) ci[j] += ti[j];
       }} else {{
         memcpy(ci, ti, sizeof(float) * (size_t)nr);
       }}
     }}
-  }} else {{
-    for (int i = 0; i < mr; i++)
-      for (int j = 0; j < nr; j++) {{
-        float x = acc[i][j / {VW}][j % {VW}];
-        c[i * rs + j * cs] = add ? c[i * rs + j * cs] + x : x;
-      }}
   }}
 }}
 """
