@@ -27,6 +27,9 @@ CASES = [  # shape, kernel, stride, padding, dilation, ceil_mode
     ((2, 2, 9, 10), 3, 2, 0, 1, True),  # ceil-mode windows past the far edge
     ((1, 3, 10, 9), (3, 2), (1, 2), (1, 0), (2, 1), False),
     ((1, 1, 7, 7), 3, 1, 1, 1, False),
+    # blocks of sh x sw pixels (`pool_cl._grad_blocks`): three windows per block along y, padding not a whole block
+    ((1, 2, 12, 11), (5, 4), (2, 3), (2, 1), 1, True),
+    ((2, 1, 8, 9), 2, 2, 0, 1, False),  # windows that do not overlap
 ]
 
 

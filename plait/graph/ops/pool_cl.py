@@ -151,12 +151,15 @@ def _take_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
 
 def _grad_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
     """One work-item per input pixel, adding in output order the gradients of the covering windows that picked it
-    (for a 3x3/2 pool at most four windows, each one int32 compare)."""
+    (for a 3x3/2 pool at most four windows, each one int32 compare); strided pools without dilation go by blocks
+    (`_grad_blocks`)."""
     _only_opencl(r, out)
     geo: PoolGeometry = out.arg
     at, g = inputs
     ct = r.compute_type(g.dtype)
     params = [r.param(out.dtype, "b0", True), r.param(at.dtype, "b1", False), r.param(g.dtype, "b2", False)]
+    if geo.dh == geo.dw == 1 and geo.sh * geo.sw > 1:
+        return _grad_blocks(r, out, params, ct)
     body = [
         f"int ix = gid % {geo.w}, iy = (gid / {geo.w}) % {geo.h}; long nc = gid / {geo.h * geo.w};",
         f"long ob = nc * {geo.oh * geo.ow}; int here = iy * {geo.w} + ix;",
@@ -172,6 +175,41 @@ def _grad_kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
         r.store(out.dtype, "b0", "gid", "acc"),
     ]
     lines, gs, ls = r.parallel_for("gid", out.size, body, r.idx_type(out.size), out.size * geo.kh * geo.kw)
+    return r._finish("POOLGRAD", out, params, lines, gs, ls)
+
+
+def _grad_blocks(r: Any, out: Node, params: list[str], ct: str) -> RenderedKernel:
+    """The pool gradient by blocks of sh x sw input pixels, each block starting where a window starts: the windows
+    that can cover a block are the (qy + 1) x (qx + 1) ending at its own (qy = ceil((kh - 1) / sh)), so one work-item
+    reads their offsets and gradients once and sums, per pixel of the block, the windows that picked it in row-major
+    output order. The sums are those of the per-pixel form, bit for bit, with about half the loads for a 3x3/2 pool
+    (four windows for four pixels where each pixel alone visits up to four)."""
+    geo: PoolGeometry = out.arg
+    qy, qx = -(-(geo.kh - 1) // geo.sh), -(-(geo.kw - 1) // geo.sw)
+    ay, ax = geo.ph // geo.sh, geo.pw // geo.sw  # the block holding input row / column 0
+    nby, nbx = (geo.h - 1 + geo.ph) // geo.sh - ay + 1, (geo.w - 1 + geo.pw) // geo.sw - ax + 1
+    body = [
+        f"int bx = gid % {nbx} + {ax}, by = (gid / {nbx}) % {nby} + {ay}; long nc = gid / {nby * nbx};",
+        f"long ob = nc * {geo.oh * geo.ow}, xb = nc * {geo.h * geo.w};",
+    ]
+    wins = [(u, v) for u in range(qy + 1) for v in range(qx + 1)]
+    for u, v in wins:
+        oy, ox = f"(by - {qy - u})", f"(bx - {qx - v})"
+        body += [
+            f"int a{u}_{v} = -1; {ct} g{u}_{v} = 0;",
+            f"if ({oy} >= 0 && {oy} < {geo.oh} && {ox} >= 0 && {ox} < {geo.ow}) {{ long o = ob + {oy} * {geo.ow} + {ox};"
+            f" a{u}_{v} = b1[o]; g{u}_{v} = {r.load(out.dtype, 'b2', 'o')}; }}",
+        ]
+    for j in range(geo.sh):
+        for i in range(geo.sw):
+            iy, ix = f"by * {geo.sh} - {geo.ph} + {j}", f"bx * {geo.sw} - {geo.pw} + {i}"
+            sums = " ".join(f"if (a{u}_{v} == here) acc += g{u}_{v};" for u, v in wins)
+            body.append(
+                f"{{ int iy = {iy}, ix = {ix}; if (iy >= 0 && iy < {geo.h} && ix >= 0 && ix < {geo.w}) {{"
+                f" int here = iy * {geo.w} + ix; {ct} acc = 0; {sums} {r.store(out.dtype, 'b0', 'xb + here', 'acc')} }} }}"
+            )
+    blocks = geo.n * geo.c * nby * nbx
+    lines, gs, ls = r.parallel_for("gid", blocks, body, r.idx_type(out.size), blocks * len(wins))
     return r._finish("POOLGRAD", out, params, lines, gs, ls)
 
 
