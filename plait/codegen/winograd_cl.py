@@ -197,7 +197,8 @@ WGRAD_WIDE_MIN_CHUNK = 3136
 WGRAD_WIDE_KNOBS = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
 # 64 input channels (vgg16's conv2_1, 64 -> 128 at 112x112, batch 64: 33, 66 and 132 chunks of 6112, 3072 and 1536
 # columns): the generic rule's 64x64 tiles with BK 32 ran 1.378, 1.369 and 1.360 ms, the same with KS 2 1.338, 1.319
-# and 1.316, the fastest of the sweep's tiles in each (128x64 ones 1.385-1.729, 128x128 ones 1.99-2.28)
+# and 1.316, the fastest of the sweep's tiles in each (128x64 ones 1.385-1.729, 128x128 ones 1.99-2.28); taken where
+# they make WGRAD_TILE_TARGET 64x64 tiles or more, as there (1056 to 4224); fewer were not swept
 WGRAD_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
 # 'auto': a weight gradient runs Winograd with at least MIN_CHANNELS output channels and WGRAD_MIN_IN input ones.
 # H100, batch 64, direct / Winograd (benchmarks/bench_wgrad_winograd_cl.py): 1.21-1.73x for every layer of 128+
@@ -263,13 +264,13 @@ def wgrad_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
     """Tiles for the batched product of a Winograd weight gradient (`winograd_cl_wgrad`'s D[xi] @ V[xi]^T in K
     chunks, as the scheduler lays it out: both operands (16, rows, tile columns), the chunks along the tile columns):
     WGRAD_WIDE_KNOBS where its rows and columns are whole 128-row tiles and make WGRAD_WIDE_TARGET of them in chunks
-    of at least WGRAD_WIDE_MIN_CHUNK, WGRAD_NARROW_KNOBS for whole 128 rows by 64 columns (64 input channels), else
-    None (the generic tile rule). The tensor-core tile heuristic asks this first, so `wgrad_plan`'s chunk count and
+    of at least WGRAD_WIDE_MIN_CHUNK, WGRAD_NARROW_KNOBS for whole 128 rows by 64 columns (64 input channels) in
+    WGRAD_TILE_TARGET 64x64 tiles or more, else None (the generic tile rule). The tensor-core tile heuristic asks this first, so `wgrad_plan`'s chunk count and
     these tiles go together."""
     if spec.batch % (ALPHA * ALPHA) or spec.m % 128 or not _wgrad_layout(spec):
         return None
     if spec.n == 64:
-        return dict(WGRAD_NARROW_KNOBS)
+        return dict(WGRAD_NARROW_KNOBS) if spec.batch * (spec.m // 64) >= WGRAD_TILE_TARGET else None
     if spec.n % 128 or spec.k < WGRAD_WIDE_MIN_CHUNK:
         return None
     if spec.batch * (spec.m // 128) * (spec.n // 128) < WGRAD_WIDE_TARGET:

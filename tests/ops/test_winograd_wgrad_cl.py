@@ -179,12 +179,14 @@ def test_wide_products_take_the_winograd_tile_rule(device: str, monkeypatch: pyt
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
-def test_narrow_products_take_the_winograd_tile_rule(device: str) -> None:
-    """A weight gradient with 64 input channels and 128 output ones: its scheduled product (16 x 128 x 64) takes
-    WGRAD_NARROW_KNOBS (64x64 tiles, K split over two warps) from the tensor-core heuristic, and the gradient stays
-    right; 32 input channels or 64 output ones are other products."""
+def test_narrow_products_take_the_winograd_tile_rule(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A weight gradient with 64 input channels and 128 output ones: its scheduled product (16 x 128 x 64; the tile
+    target lowered to its 32 64x64 tiles) takes WGRAD_NARROW_KNOBS (64x64 tiles, K split over two warps) from the
+    tensor-core heuristic, and the gradient stays right; 32 input channels, 64 output ones or fewer tiles than the
+    target are other products."""
     from plait.tune import _tc_heuristic
 
+    monkeypatch.setattr(winograd_cl, "WGRAD_TILE_TARGET", 32)
     node, want = _weight_gradient(device, 1, 64, 128, 4, 4, 1, "2")
     plan = Plan([node])
     (spec,) = [it.gemm for it in plan.items if it.kind == "gemm"]
@@ -194,6 +196,8 @@ def test_narrow_products_take_the_winograd_tile_rule(device: str) -> None:
     assert float(np.abs(got.astype(np.float64) - want).max()) <= TOL * float(np.abs(want).max())
     assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, n=32, b=(0, 32 * spec.k, 1, spec.k))) is None
     assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, m=64, a=(0, 64 * spec.k, spec.k, 1))) is None
+    monkeypatch.setattr(winograd_cl, "WGRAD_TILE_TARGET", 33)
+    assert winograd_cl.wgrad_knobs(spec) is None
 
 
 def test_wide_rule_checks_the_product_layout() -> None:
