@@ -437,8 +437,14 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   /* more column tasks (down to 2 panels each) before rows split: split rows share one packing of all of B, which
      leaves L2 when B is large */
   while (cpan > 2 && nb * ((panels + cpan - 1) / cpan) < want) cpan--;
-  long ctasks = (panels + cpan - 1) / cpan, per = nb * ctasks;
+  long ctasks = (panels + cpan - 1) / cpan;
+  /* a task count the threads divide evenly (more column tasks, or when rows split more row tasks): the static
+     schedule gave one of two threads 5 of 9 tasks (66 panels of 3136 columns; 3 x 3 over 196 columns) */
+  int nth = omp_get_num_threads();
+  while (nb * ctasks >= want && nb * ctasks % nth && ctasks < panels) ctasks++;
+  long per = nb * ctasks;
   int rtasks = per >= want ? 1 : (int)((want + per - 1) / per);
+  while (rtasks > 1 && per * rtasks % nth && rtasks < blocks) rtasks++;
   if (rtasks > blocks) rtasks = blocks;
   /* a narrow column chunk takes longer k blocks: its B stays small while the rows of A stream in longer runs */
   int kmax = cpan * {nr} <= {NARROW_COLS} ? {KC_NARROW} : {KC_MAX};

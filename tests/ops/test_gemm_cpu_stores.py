@@ -2,6 +2,8 @@
 or transposed one (C^T = B^T A^T for a narrow C) through a tile on the stack, in every case also adding to C after
 the first k block. Checked against NumPy in float64 on every register tile."""
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -31,3 +33,27 @@ def test_transposed_tiles_over_k_blocks(m):
     got = run_gemm_kernel("cpu", gemm.render_c(spec, {"MR": 8, "NR": 48}), 1, m, n, a, b)
     want = a.astype(np.float64) @ b.astype(np.float64)
     assert_close(got[0], want, "float32", f"transposed gemm {m}x{n}x{k}", tol_scale=10)
+
+
+_GOMP = ctypes.CDLL("libgomp.so.1")
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize(
+    "m,n,k",
+    [(32, 66 * 48, 20), (96, 196, 40), (40, 49, 30)],
+    ids=["column-tasks-added", "row-tasks-added", "rows-split"],
+)
+def test_task_counts_for_the_threads(threads, m, n, k):
+    """Task counts rounded to a multiple of the threads: 66 panels in 10 column tasks instead of 9, a 196-column
+    product in 3 x 4 instead of 3 x 3 tasks (rows split), and a 49-column one split by rows only."""
+    spec = gemm.GemmSpec(1, m, n, k, (0, 0, k, 1), (0, k * n, n, 1))
+    a, b = rand((m, k)), rand((k, n), seed=1)
+    before = _GOMP.omp_get_max_threads()
+    _GOMP.omp_set_num_threads(threads)
+    try:
+        got = run_gemm_kernel("cpu", gemm.render_c(spec, {"MR": 8, "NR": 48}), 1, m, n, a, b[None])
+    finally:
+        _GOMP.omp_set_num_threads(before)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert_close(got[0], want, "float32", f"gemm {m}x{n}x{k} on {threads} threads", tol_scale=10)
