@@ -19,6 +19,7 @@ GEOMETRIES = [  # n, c, k, h, w, padding
     (1, 32, 40, 11, 13, 2),  # odd output: tiles cut by both edges
     (2, 33, 32, 9, 9, 0),  # no padding, input channels off the vector width
     (3, 48, 50, 7, 8, 1),  # three images in one tile block, output channels off the register tile
+    (1, 32, 32, 6, 37, 2),  # 19 tile columns: a row's tiles in two 16-tile chunks of the gather
 ]
 
 
