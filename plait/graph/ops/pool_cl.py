@@ -9,7 +9,8 @@ and about 1.5 ms of resnet18's batch-64 step on an H100 for the stem's 3x3/2 poo
 - `max_pool2d_take_cl`: the pooled output, the input at that offset (where both run in one plan, the offsets'
   kernel writes it instead: scheduler `_pool_max_with_offsets`);
 - `max_pool2d_grad_cl`: per input pixel, the sum of the output gradients of the windows that cover it and picked
-  it, read through the same tap gather as col2im (`conv.covering_taps`): one work-item per pixel, no atomics.
+  it, read through the same tap gather as col2im (`conv.covering_taps`): one work-item per pixel, or per block of
+  sh x sw pixels for strided pools (`_grad_blocks`), no atomics.
 
 None has a gradient of its own: `plait.nn.functional.max_pool2d` records the pool's gradient with a custom rule.
 They render for OpenCL only; the cpu has its own kernels (plait/graph/ops/pool.py and pool_grad.py).
