@@ -108,11 +108,12 @@ def layer_row(
     batch: int, c: int, hw: int, stride: int, repeats: int
 ) -> tuple[float | None, float | None, float, float]:
     """(row-by-row ms and flat ms, None for a strided layer, which only the lanes kernel runs; lanes ms; the default
-    pick's ms) of one layer, the kernels launched in turn and their outputs checked against each other."""
+    pick's ms, the masked kernel's where it picks that) of one layer, the kernels launched in turn and their outputs
+    checked against each other."""
     lanes, out = layer_launch(batch, c, hw, stride, "lanes")
     launches = [lanes]
     if stride == 1:
-        for kind in ("rows", "flat"):
+        for kind in ("rows", "flat", "masked"):
             plane, ref = layer_launch(batch, c, hw, stride, kind)
             np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
             launches.append(plane)
@@ -124,9 +125,8 @@ def layer_row(
             best[i] = min(best[i], time.thread_time() - t0)
     if stride > 1:
         return None, None, best[0] * 1e3, best[0] * 1e3
-    pick = {"lanes": best[0], "rows": best[1], "flat": best[2]}[
-        gemm_c.dw_kernel(SimpleNamespace(sh=1, sw=1, oh=hw, ow=hw))
-    ]
+    win = SimpleNamespace(h=hw, w=hw, kh=3, kw=3, sh=1, sw=1, oh=hw, ow=hw)
+    pick = {"lanes": best[0], "rows": best[1], "flat": best[2], "masked": best[3]}[gemm_c.dw_kernel(win)]
     return best[1] * 1e3, best[2] * 1e3, best[0] * 1e3, pick * 1e3
 
 
