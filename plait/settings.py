@@ -38,7 +38,12 @@ REGISTRY: dict[str, Setting] = {
             "cpu 3x3 convolutions: 'auto' (Winograd where measured to win), 'off' (always the implicit GEMM; exact to"
             " FP32 rounding of a direct sum), '2' or '4' (Winograd F(2,3) / F(4,3) wherever it applies)",
         ),
-        Setting("PLAIT_WINOGRAD_CL", str, "auto", "OpenCL 3x3, 5x5 convs: 'auto' (wide layers), 'off', '2' (all)"),
+        Setting(
+            "PLAIT_WINOGRAD_CL",
+            str,
+            "auto",
+            "OpenCL 3x3, 5x5 convs: 'auto' (wide layers), 'off', '2' (all), '4' (all, 3x3 forwards as F(4,3))",
+        ),
         Setting(
             "PLAIT_REUSE_BUFFERS",
             int,

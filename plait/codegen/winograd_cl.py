@@ -25,6 +25,12 @@ chunks. Its V is the forward's input transform, which the forward then takes ins
 5x5 stride-1 convolutions run the same kernels as F(2,5) (a plan's `r` = 5): 6x6 input tiles and 36 products per
 2x2 outputs instead of 100, with V and M 9x the image and the output. A stride-1 5x5 layer's input gradient is a 5x5
 stride-1 convolution of dy with the flipped weight (`nn.functional._conv_vjp`), so it takes the forward's path.
+
+F(4, 3) (a plan's `m` = 4) runs 3x3 forwards and input gradients on the same kernels with 6x6 input tiles and 4x4
+outputs: 36 products per 16 outputs instead of 144, V and M 2.25x the image and the output instead of F(2, 3)'s 4x,
+so it also wins on 64-channel layers, where F(2, 3)'s traffic lost (`_auto43`). Its transforms' larger coefficients
+round about ten times coarser than F(2, 3)'s (about 5e-6 of the largest output against float64 on the H100's 3xTF32
+products, 2e-7 for F(2, 3)). Weight gradients stay F(2, 3), so a training forward on F(4, 3) makes its own V.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ F25: tuple[winograd_c._Mat, winograd_c._Mat, winograd_c._Mat] = (
     winograd_c._mat([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 1]]),
 )
 TRANSFORMS = {3: winograd_c.TRANSFORMS[2], 5: F25}  # (B^T, G, A^T) by filter size r
+# F(4, 3) (a plan's `m` = 4): 4x4 outputs per 6x6 input tile, 36 products instead of 144, V and M 2.25x the image and
+# the output (F(2, 3)'s are 4x); the matrices are the cpu's (points 0, +-1, +-2, infinity)
+F43 = winograd_c.TRANSFORMS[4]
 MIN_CHANNELS = 128  # 'auto': fewer input or output channels stay on the implicit GEMM (transform traffic ~ 1/C)
 MIN_TILES = 1024  # 'auto': fewest tiles (images x tile rows x tile columns); resnet's 7x7 layers at batch 64 have 1024
 # 'auto' at batch 1: 56x56 outputs and up, or 28x28 with 512 channels (vgg16's layers from 112x112 to 28x28: its b1
@@ -66,6 +75,15 @@ MIN_TILES = 1024  # 'auto': fewest tiles (images x tile rows x tile columns); re
 MIN_TILES_ONE_IMAGE = 784
 MIN_TILES_ONE_IMAGE_WIDE = 196  # with at least WIDE channels in and out
 WIDE = 512
+# 'auto' for F(4, 3) (3x3 layers, forward and input gradient; weight gradients stay F(2, 3)): at least
+# F43_MIN_CHANNELS channels in and out and F43_MIN_TILES tiles of 4x4 outputs, else F(2, 3)'s rule above. H100, 3xTF32
+# products, direct / F(2, 3) / F(4, 3) kernel time (benchmarks/bench_winograd43_cl.py, docs/benchmarks.md "Winograd
+# F(4,3)"): at batch 64 F(4, 3) won every layer of vgg16 and resnet, forward and input gradient, the 64-channel
+# ones too (64 -> 64 at 224x224 6.37 / 7.60 / 5.06 ms, at 56x56 0.431 / 0.526 / 0.387; 512 -> 512 at 7x7, 256 tiles,
+# 0.405 / 0.283 / 0.236); at batch 1 from 196 tiles (56x56: 256 -> 256 0.127 / 0.100 / 0.072 ms), while at 28x28
+# (49 tiles) F(2, 3) won (512 -> 512 0.174 / 0.101 / 0.105, 256 -> 512 0.092 / 0.063 / 0.074)
+F43_MIN_CHANNELS = 64
+F43_MIN_TILES = 196
 LOCAL = 128  # work-items per work-group of the transform kernels
 # 'auto' for 5x5 layers: F(2, 5)'s V and M hold 9x the image and the output, so only layers with R5_MIN_CHANNELS
 # channels in and out and R5_MIN_TILES tiles (alexnet's 64 -> 192 at 27x27 has 12544 at batch 64). H100, batch 64,
@@ -98,11 +116,17 @@ class WinogradCLPlan:
     fold: bool = False  # the output is laid out (K, N, OH*OW), a training convolution's folded product
     pad: int = 4  # V's tile columns are padded to a multiple of this (float4 loads; whole K chunks for `wgrad_plan`)
     parts: int = 1  # K chunks of a weight gradient's alpha^2 products over the tiles (`wgrad_plan`)
-    r: int = 3  # filter taps r x r: F(2, r) with alpha x alpha input tiles
+    r: int = 3  # filter taps r x r: F(m, r) with alpha x alpha input tiles
+    m: int = 2  # m x m outputs per tile: 2, or 4 (F(4, 3), 3x3 taps only)
 
     @property
     def alpha(self) -> int:
-        return 2 + self.r - 1
+        return self.m + self.r - 1
+
+    @property
+    def mats(self) -> tuple[winograd_c._Mat, winograd_c._Mat, winograd_c._Mat]:
+        """(B^T, G, A^T) of F(m, r)."""
+        return F43 if self.m == 4 else TRANSFORMS[self.r]
 
     @property
     def xis(self) -> int:
@@ -111,11 +135,11 @@ class WinogradCLPlan:
 
     @property
     def th(self) -> int:
-        return -(-self.oh // 2)
+        return -(-self.oh // self.m)
 
     @property
     def tw(self) -> int:
-        return -(-self.ow // 2)
+        return -(-self.ow // self.m)
 
     @property
     def tiles(self) -> int:
@@ -143,10 +167,10 @@ class WinogradCLPlan:
 def _mode(win: Any, k: int) -> str:
     """PLAIT_WINOGRAD_CL, checked; `win` and `k` (output channels) name the convolution in the error."""
     mode = str(settings.get("PLAIT_WINOGRAD_CL"))
-    if mode not in ("off", "auto", "2"):
+    if mode not in ("off", "auto", "2", "4"):
         raise PlaitError(
             f"{win.kh}x{win.kw} convolution {win.n}x{win.c}x{win.h}x{win.w} -> {k} channels on OpenCL:"
-            f" PLAIT_WINOGRAD_CL={mode!r} is not one of auto, off, 2; unset it for the per-layer choice"
+            f" PLAIT_WINOGRAD_CL={mode!r} is not one of auto, off, 2, 4; unset it for the per-layer choice"
         )
     return mode
 
@@ -154,9 +178,10 @@ def _mode(win: Any, k: int) -> str:
 def pick(spec: Any) -> WinogradCLPlan | None:
     """A Winograd plan for the implicit-convolution GEMM `spec`, or None where the implicit GEMM runs it.
 
-    PLAIT_WINOGRAD_CL: 'auto' (the default) 3x3 ones with at least MIN_CHANNELS input and output channels and
-    MIN_TILES tiles (for one image: MIN_TILES_ONE_IMAGE, or MIN_TILES_ONE_IMAGE_WIDE with WIDE channels) and 5x5 ones
-    as `_auto5` says; 'off' never; '2' every eligible convolution."""
+    PLAIT_WINOGRAD_CL: 'auto' (the default) 3x3 ones as F(4, 3) where `_auto43` says, else as F(2, 3) with at least
+    MIN_CHANNELS input and output channels and MIN_TILES tiles (for one image: MIN_TILES_ONE_IMAGE, or
+    MIN_TILES_ONE_IMAGE_WIDE with WIDE channels), and 5x5 ones as `_auto5` says; 'off' never; '2' every eligible
+    convolution; '4' every eligible one too, the 3x3 ones as F(4, 3)."""
     fold = _folded(spec)
     r = fold or _taps(spec)
     if not r or (not fold and spec.inner not in (1, spec.batch)):
@@ -173,7 +198,10 @@ def pick(spec: Any) -> WinogradCLPlan | None:
     if mode == "off":
         return None
     if r == 5:
-        return plan if mode == "2" or _auto5(win.c, spec.m, plan.tiles) else None
+        return plan if mode in ("2", "4") or _auto5(win.c, spec.m, plan.tiles) else None
+    f43 = replace(plan, m=4)
+    if mode == "4" or (mode == "auto" and _auto43(win.c, spec.m, f43.tiles)):
+        return f43
     wide = min(win.c, spec.m) >= WIDE
     fewest = MIN_TILES if win.n > 1 else MIN_TILES_ONE_IMAGE_WIDE if wide else MIN_TILES_ONE_IMAGE
     if mode == "auto" and (min(win.c, spec.m) < MIN_CHANNELS or plan.tiles < fewest):
@@ -232,7 +260,7 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     over the tiles) run on the GEMM in `parts` K chunks, and `render_wgrad` sums the chunks and applies G^T . G.
     That is 16 multiplies per channel pair and 2x2 outputs where the direct product does 36. PLAIT_WINOGRAD_CL
     decides as for the forward: 'auto' with MIN_CHANNELS output and WGRAD_MIN_IN input channels and MIN_TILES
-    tiles (WGRAD_MIN_TILES_NARROW under MIN_CHANNELS input channels), 'off' never, '2' always."""
+    tiles (WGRAD_MIN_TILES_NARROW under MIN_CHANNELS input channels), 'off' never, '2' and '4' always (F(2, r))."""
     r = _square(win)
     if not r:
         return None
@@ -341,6 +369,12 @@ def _auto5(c: int, k: int, tiles: int) -> bool:
     return R5_AUTO and min(c, k) >= R5_MIN_CHANNELS and tiles >= R5_MIN_TILES
 
 
+def _auto43(c: int, k: int, tiles: int) -> bool:
+    """'auto' for F(4, 3) on a 3x3 layer: at least F43_MIN_CHANNELS input and output channels and F43_MIN_TILES of
+    its 4x4-output tiles."""
+    return min(c, k) >= F43_MIN_CHANNELS and tiles >= F43_MIN_TILES
+
+
 def _square(win: Any) -> int:
     """The filter size r of a stride-1, undilated convolution with r x r taps that F(2, r) exists for (3 or 5) and
     padding below r, else 0."""
@@ -388,8 +422,9 @@ def _sandwich(mat: winograd_c._Mat, src: list[list[str]], tmp: str) -> tuple[str
 
 
 def _stem(base: str, p: WinogradCLPlan) -> str:
-    """A kernel's name stem: F(2, 3)'s as it always was, F(2, 5)'s with an R5 suffix."""
-    return base if p.r == 3 else f"{base}R5"
+    """A kernel's name stem: F(2, 3)'s as it always was, F(2, 5)'s with an R5 suffix, F(4, 3)'s with its 2 (the
+    output tile edge) made 4."""
+    return base.replace("2", str(p.m), 1) if p.r == 3 else f"{base}R5"
 
 
 def _grid(cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -398,7 +433,7 @@ def _grid(cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def render_weight(p: WinogradCLPlan) -> RenderedKernel:
     """U[xi][k][c] = (G w[k, c] G^T)[xi], one work-item per (k, c) from the (K, C*9) weight view."""
-    _, g, _ = TRANSFORMS[p.r]
+    _, g, _ = p.mats
     ao, sam, sak, r, al = *p.w_view, p.r, p.alpha
     it = _idx(p.k * p.c * p.xis, ao + p.k * sam)
     src = [[f"w[{(u * r + v) * sak}]" for v in range(r)] for u in range(r)]
@@ -421,7 +456,7 @@ def render_weight(p: WinogradCLPlan) -> RenderedKernel:
 def render_input(p: WinogradCLPlan) -> RenderedKernel:
     """V[xi][c][t] = (B^T d B)[xi] of the 4x4 input tile d of tile t in channel c (zeros outside the image and for
     the padding columns t >= T), one work-item per (t, c): neighbouring work-items write neighbouring columns."""
-    bt, _, _ = TRANSFORMS[p.r]
+    bt, _, _ = p.mats
     xo, xs, al = *p.x_view, p.alpha
     it = _idx(p.xis * p.c * p.tp, xo + p.n * xs)
     per = p.th * p.tw
@@ -440,7 +475,7 @@ def render_input(p: WinogradCLPlan) -> RenderedKernel:
   const {it} t = get_global_id(0), c = get_global_id(1);
   if (t >= {p.tp}) return;
   const {it} img = t / {per}, r = t % {per};
-  const int y0 = (int)(r / {p.tw}) * 2 - {p.ph}, x0 = (int)(r % {p.tw}) * 2 - {p.pw};
+  const int y0 = (int)(r / {p.tw}) * {p.m} - {p.ph}, x0 = (int)(r % {p.tw}) * {p.m} - {p.pw};
   /* (y0, x0): the tile's top-left corner, possibly outside the image; only in-image elements are read */
   const {it} o = {xo} + img * {xs} + c * {p.h * p.w};
 {loads}{body}{stores}}}
@@ -453,8 +488,9 @@ def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> Rende
     """The output transform Y = A^T M A of each tile t and output channel gm from the 16 products M (16, K, T),
     then `epi` on each of the tile's 2x2 outputs inside the image, stored in NCHW order ((K, N, OH*OW) with
     `fold`)."""
-    _, _, at = TRANSFORMS[p.r]
-    plane, positions, al = p.k * p.tp, p.oh * p.ow, p.alpha
+    _, _, at = p.mats
+    plane, positions, al, mo = p.k * p.tp, p.oh * p.ow, p.alpha, p.m
+    shift = mo.bit_length() - 1  # the output tile's edge is a power of two
     it = _idx(p.xis * plane, p.n * p.k * positions)
     lit = "L" if it == "long" else ""
     loads = "".join(
@@ -468,11 +504,11 @@ def render(p: WinogradCLPlan, r: Any, epi: gemm.Epilogue | None = None) -> Rende
   const {it} t = get_global_id(0), gm = get_global_id(1);
   if (t >= {p.tiles}) return;
   const {it} bz = t / {p.th * p.tw}, r = t % {p.th * p.tw}, mo = gm * {p.tp} + t;
-  const int oy = (int)(r / {p.tw}) * 2, ox = (int)(r % {p.tw}) * 2;
-{loads}{body}  const float ys[4] = {{{", ".join(out[a][b] for a in range(2) for b in range(2))}}};
-  for (int q = 0; q < 4; q++) {{
-    if (oy + (q >> 1) < {p.oh} && ox + (q & 1) < {p.ow}) {{
-      const {it} gp = (oy + (q >> 1)) * {p.ow} + ox + (q & 1);
+  const int oy = (int)(r / {p.tw}) * {mo}, ox = (int)(r % {p.tw}) * {mo};
+{loads}{body}  const float ys[{mo * mo}] = {{{", ".join(out[a][b] for a in range(mo) for b in range(mo))}}};
+  for (int q = 0; q < {mo * mo}; q++) {{
+    if (oy + (q >> {shift}) < {p.oh} && ox + (q & {mo - 1}) < {p.ow}) {{
+      const {it} gp = (oy + (q >> {shift})) * {p.ow} + ox + (q & {mo - 1});
       const float v = ys[q];
 {stmts}      Y[{index}] = {res};
     }}
@@ -492,16 +528,16 @@ def _transposed(mat: winograd_c._Mat) -> winograd_c._Mat:
 def render_dy(p: WinogradCLPlan) -> RenderedKernel:
     """D[xi][k][t] = (A g A^T)[xi] of the 2x2 output-gradient tile g of tile t in channel k (the (N, K, OH, OW)
     gradient; zeros outside the output and for the padding columns t >= T), one work-item per (t, k)."""
-    _, _, at = TRANSFORMS[p.r]
+    _, _, at = p.mats
     positions, al = p.oh * p.ow, p.alpha
     it = _idx(p.xis * p.k * p.tp, p.n * p.k * positions)
     loads = "".join(
         f"  const float g{u}_{v} = (t < {p.tiles} && oy + {u} < {p.oh} && ox + {v} < {p.ow})"
         f" ? G[o + (oy + {u}) * {p.ow} + ox + {v}] : 0.0f;\n"
-        for u in range(2)
-        for v in range(2)
+        for u in range(p.m)
+        for v in range(p.m)
     )
-    body, out = _sandwich(_transposed(at), [[f"g{u}_{v}" for v in range(2)] for u in range(2)], "d")
+    body, out = _sandwich(_transposed(at), [[f"g{u}_{v}" for v in range(p.m)] for u in range(p.m)], "d")
     plane = f"{p.k * p.tp}{'L' if it == 'long' else ''}"
     stores = "".join(
         f"  D[{a * al + b} * {plane} + k * {p.tp} + t] = {out[a][b]};\n" for a in range(al) for b in range(al)
@@ -510,7 +546,7 @@ def render_dy(p: WinogradCLPlan) -> RenderedKernel:
   const {it} t = get_global_id(0), k = get_global_id(1);
   if (t >= {p.tp}) return;
   const {it} img = t / {p.th * p.tw}, r = t % {p.th * p.tw};
-  const int oy = (int)(r / {p.tw}) * 2, ox = (int)(r % {p.tw}) * 2;
+  const int oy = (int)(r / {p.tw}) * {p.m}, ox = (int)(r % {p.tw}) * {p.m};
   const {it} o = img * {p.k * positions} + k * {positions};
 {loads}{body}{stores}}}
 """
@@ -522,7 +558,7 @@ def render_wgrad(p: WinogradCLPlan) -> RenderedKernel:
     """dW[k][c] = G^T M G of the 16 products M[xi][k][c], each the sum of its `parts` K chunks in chunk order (the
     partial products laid out (16, parts, K, C)), stored as the (K, C, 3, 3) weight gradient; one work-item per
     (k, c)."""
-    _, g, _ = TRANSFORMS[p.r]
+    _, g, _ = p.mats
     kc, r, al = p.k * p.c, p.r, p.alpha
     it = _idx(p.xis * p.parts * kc, r * r * kc)
     lit = "L" if it == "long" else ""
