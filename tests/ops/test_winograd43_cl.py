@@ -19,7 +19,9 @@ import plait.nn.functional as F
 from plait import settings
 from plait.codegen import winograd_cl
 from plait.codegen.gemm import GemmSpec
+from plait.graph import autodiff
 from plait.graph.ops.conv import Window
+from plait.schedule.plan import Plan
 from tests.conftest import DEVICES
 from tests.ops.test_winograd_cl import _data, _kinds, _ref, _tensor_cores
 
@@ -121,3 +123,29 @@ def test_f43_auto_choice(geo, m):
         n, c, k, h, w = geo
         g = plan.gemm_spec()
         assert (g.batch, g.m, g.k) == ((m + 2) ** 2, k, c) and g.n >= n * -(-h // m) * -(-w // m) and g.n % 4 == 0
+
+
+@pytest.mark.parametrize("device", CL_DEVICES)
+def test_f43_forward_with_f23_weight_gradient_in_one_plan(device):
+    """In one plan, an F(4,3) forward cannot take the F(2,3) weight gradient's input tiles (6x6 against 4x4), so it
+    makes its own: two input transforms, one of each size, and the output and weight gradient match torch."""
+    rng = np.random.default_rng(1)
+    xa = rng.standard_normal((2, 8, 9, 10)).astype(np.float32)
+    wa = (rng.standard_normal((16, 8, 3, 3)) / np.sqrt(72)).astype(np.float32)
+    ga = rng.standard_normal((2, 16, 9, 10)).astype(np.float32)
+    x = plait.tensor(xa, device=device, requires_grad=True)
+    wt = plait.tensor(wa, device=device, requires_grad=True)
+    with settings.override(PLAIT_WINOGRAD_CL="4"):
+        out = F.conv2d(x, wt, padding=1)
+        loss = (out * plait.tensor(ga, device=device)).sum()
+        seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+        node = autodiff.gradients(loss.node, seed, [wt.node])[wt.node.uid]
+        plan = Plan([out.node, node])
+    ms = sorted(it.out.arg.m for it in plan.items if it.out.op == "winograd_cl_input")
+    assert ms == [2, 4], ms
+    got_out, got_w = plan()
+    wr = torch.tensor(wa, dtype=torch.float64, requires_grad=True)
+    ref = torch.nn.functional.conv2d(torch.tensor(xa, dtype=torch.float64), wr, padding=1)
+    (ref * torch.tensor(ga, dtype=torch.float64)).sum().backward()
+    assert wr.grad is not None
+    assert _err(got_out, ref.detach().numpy()) <= TOL and _err(got_w, wr.grad.numpy()) <= TOL
