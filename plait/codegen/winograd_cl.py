@@ -228,11 +228,6 @@ WGRAD_WIDE_KNOBS = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
 # and 1.316, the fastest of the sweep's tiles in each (128x64 ones 1.385-1.729, 128x128 ones 1.99-2.28); taken where
 # they make WGRAD_TILE_TARGET 64x64 tiles or more, as there (1056 to 4224); fewer were not swept
 WGRAD_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
-# F(2, 5)'s 36 x parts products of 64 columns (input channels) whose rows 128-row tiles pad take the same tiles where
-# they make R5_WGRAD_TILE_TARGET 64x64 tiles. H100, alexnet's 64 -> 192 layer at batch 64 (36 x 12 products of
-# 192x64x1056; benchmarks/sweep_step_gemms.py on two trees): the generic weight-gradient rule's 64x64 tiles with BK 32
-# 0.316 and 0.320 ms, with KS 2 0.309 and 0.304; 128x64 ones 0.405 (docs/benchmarks.md)
-R5_XIS = (2 + 5 - 1) ** 2
 # 'auto': a weight gradient runs Winograd with at least MIN_CHANNELS output channels and WGRAD_MIN_IN input ones.
 # H100, batch 64, direct / Winograd (benchmarks/bench_wgrad_winograd_cl.py): 1.21-1.73x for every layer of 128+
 # channels in and out (7x7 to 112x112), 1.15-1.17x for vgg16's 64 -> 128 at 112x112, 0.82x and 0.97-0.99x for
@@ -298,11 +293,8 @@ def wgrad_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
     chunks, as the scheduler lays it out: both operands (16, rows, tile columns), the chunks along the tile columns):
     WGRAD_WIDE_KNOBS where its rows and columns are whole 128-row tiles and make WGRAD_WIDE_TARGET of them in chunks
     of at least WGRAD_WIDE_MIN_CHUNK, WGRAD_NARROW_KNOBS for whole 128 rows by 64 columns (64 input channels) in
-    WGRAD_TILE_TARGET 64x64 tiles or more (F(2, 5)'s 36 x parts products with rows that 128-row tiles pad: in
-    R5_WGRAD_TILE_TARGET), else None (the generic tile rule). The tensor-core tile heuristic asks this first, so
-    `wgrad_plan`'s chunk count and these tiles go together."""
-    if spec.n == 64 and spec.m % 128 and spec.batch % R5_XIS == 0 and _wgrad_layout(spec, R5_XIS):
-        return dict(WGRAD_NARROW_KNOBS) if spec.batch * -(-spec.m // 64) >= R5_WGRAD_TILE_TARGET else None
+    WGRAD_TILE_TARGET 64x64 tiles or more, else None (the generic tile rule). The tensor-core tile heuristic asks this first, so `wgrad_plan`'s chunk count and
+    these tiles go together."""
     if spec.batch % (ALPHA * ALPHA) or spec.m % 128 or not _wgrad_layout(spec):
         return None
     if spec.n == 64:
@@ -314,18 +306,17 @@ def wgrad_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
     return dict(WGRAD_WIDE_KNOBS)
 
 
-def _wgrad_layout(spec: gemm.GemmSpec, xis: int = ALPHA * ALPHA) -> bool:
-    """Whether `spec` reads its operands as `winograd_cl_wgrad`'s product: `xis` x parts products (16 for F(2, 3),
-    36 for F(2, 5)), the chunk s of the product xi at xi's (rows, tile columns) plane plus s chunks along the columns,
-    A along K, B transposed."""
+def _wgrad_layout(spec: gemm.GemmSpec) -> bool:
+    """Whether `spec` reads its operands as `winograd_cl_wgrad`'s product: 16 x parts products, the chunk s of the
+    product xi at xi's (rows, tile columns) plane plus s chunks along the columns, A along K, B transposed."""
     if spec.conv is not None or spec.conv_t is not None or spec.a_nchw is not None:
         return False
-    parts = spec.batch // xis
+    parts = spec.batch // (ALPHA * ALPHA)
     tp = spec.k * parts
     if (spec.a[2], spec.a[3], spec.b[2], spec.b[3]) != (tp, 1, 1, tp):
         return False
     a_plane, b_plane = spec.m * tp, spec.n * tp  # one xi's D and V
-    for xi, s in ((0, 0), (0, parts - 1), (1, 0), (xis - 1, parts - 1)):
+    for xi, s in ((0, 0), (0, parts - 1), (1, 0), (ALPHA * ALPHA - 1, parts - 1)):
         bz = xi * parts + s
         if spec.a_at(bz) != xi * a_plane + s * spec.k or spec.b_at(bz) != xi * b_plane + s * spec.k:
             return False

@@ -178,36 +178,3 @@ def test_f25_product_tiles() -> None:
 def _with_columns(spec: GemmSpec, n: int) -> GemmSpec:
     """`spec` with `n` tile columns (B's per-product stride to match)."""
     return dataclasses.replace(spec, n=n, b=(0, spec.k * n, n, 1))
-
-
-@pytest.mark.parametrize("device", CL_DEVICES)
-def test_f25_weight_gradient_product_tiles(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An F(2,5) weight gradient with 64 input and 192 output channels (alexnet's 5x5 layer on a 6x6 image, the tile
-    target lowered to its 108 64x64 tiles): its scheduled product (36 x 192 x 64) takes the 64x64 KS 2 tiles from the
-    tensor-core heuristic through `wgrad_knobs`, and the gradient matches torch in float64. Under the target, with 32
-    input channels or with rows in whole 128-row tiles the product keeps the generic rule."""
-    from plait.tune import _tc_heuristic
-
-    monkeypatch.setattr(winograd_cl, "R5_WGRAD_TILE_TARGET", 36 * 3)
-    n, c, k, h, w, pad = 1, 64, 192, 6, 6, 2
-    xa, wa, _, ga = _data(n, c, k, h, w, pad, seed=5)
-    x = plait.tensor(xa, device=device)
-    wt = plait.tensor(wa, device=device, requires_grad=True)
-    with settings.override(PLAIT_WINOGRAD_CL="2"):
-        loss = (F.conv2d(x, wt, padding=pad) * plait.tensor(ga, device=device)).sum()
-        seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
-        plan = Plan([autodiff.gradients(loss.node, seed, [wt.node])[wt.node.uid]])
-    assert "WINOWG2R5" in [kern.name.split("_")[0] for kern in plan.kernels]
-    (spec,) = [it.gemm for it in plan.items if it.kind == "gemm"]
-    assert spec is not None and (spec.batch, spec.m, spec.n) == (36, 192, 64)
-    assert winograd_cl.wgrad_knobs(spec) == winograd_cl.WGRAD_NARROW_KNOBS == _tc_heuristic(spec)
-    (got,) = plan()
-    wr = torch.tensor(wa, dtype=torch.float64, requires_grad=True)
-    ref = torch.nn.functional.conv2d(torch.tensor(xa, dtype=torch.float64), wr, padding=pad)
-    (ref * torch.tensor(ga, dtype=torch.float64)).sum().backward()
-    assert wr.grad is not None
-    _check(got, wr.grad.numpy(), "weight gradient")
-    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, n=32, b=(0, 32 * spec.k, 1, spec.k))) is None
-    assert winograd_cl.wgrad_knobs(dataclasses.replace(spec, m=256, a=(0, 256 * spec.k, spec.k, 1))) is None
-    monkeypatch.setattr(winograd_cl, "R5_WGRAD_TILE_TARGET", 36 * 3 + 1)
-    assert winograd_cl.wgrad_knobs(spec) is None
