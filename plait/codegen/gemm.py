@@ -181,9 +181,16 @@ def render_c(
             f"  const {r.storage_type(x.dtype)}* restrict e{i} = extra[{i}];\n" for i, x in enumerate(epi.extra)
         )
         epi_fn, extra = "epi_KERNEL_NAME", "extra"
+        # residuals (read at C's element index) of the next row block, prefetched where rows run in blocks (C GEMM)
+        depthwise = spec.conv is not None and m == 1
+        gemm_lib = not (lanes or depthwise or direct_conv(spec) or pointwise or small or vec or trans)
+        # an operand as large as C is a residual read at C's element index (a wrong guess costs only the hints)
+        size = math.prod(epi.root.shape)
+        full = [f"e{i}" for i, x in enumerate(epi.extra) if math.prod(x.shape) == size and coords is not None]
+        ahead = gemm_c.epi_prefetch(full, m, n) if gemm_lib else ""
         # a simd row loop: comparisons (ReLU6's select) become masks instead of mispredicted branches
         epilogue = f"""static void epi_KERNEL_NAME(float* restrict c, long bz, int i0, int j0, int mr, int nr, void* const* extra) {{
-{loads}  for (int i = 0; i < mr; i++) {{
+{loads}{ahead}  for (int i = 0; i < mr; i++) {{
 #pragma omp simd
     for (int j = 0; j < nr; j++) {{
       float v = c[(long)(i0 + i) * {n} + j0 + j];

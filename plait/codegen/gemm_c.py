@@ -64,6 +64,21 @@ def pick_tile(m: int, n: int) -> tuple[int, int]:
     return min(TILES, key=cost)
 
 
+def epi_prefetch(names: list[str], m: int, n: int) -> str:
+    """Statements for a GEMM epilogue (`epi_...(c, bz, i0, j0, mr, nr, extra)`) that prefetch the next row block's
+    elements of the operands `names`, each read at C's own element index (a residual). The driver runs the
+    epilogue on a row block right after its products, so the next block's lines come from L3 while that block's
+    products run, instead of being waited for in its epilogue."""
+    if not names:
+        return ""
+    lines = "".join(f"      __builtin_prefetch({e} + o + j);\n" for e in names)
+    return (
+        f"  for (int i = i0 + mr; i < i0 + 2 * mr && i < {m}; i++) {{\n"
+        f"    long o = bz * {m * n}L + (long)i * {n} + j0;\n"
+        f"    for (int j = 0; j < nr; j += {VW}) {{\n{lines}    }}\n  }}\n"
+    )
+
+
 # Library code is compiled at -O2: its hot loops are explicit vector types, `#pragma GCC unroll` and `omp simd`, which
 # -O2 compiles to the same inner loops as -O3 in half the compile time (the kernels around it keep -O3).
 def at_o2(block: str) -> str:
