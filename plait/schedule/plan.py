@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from plait import settings
-from plait.codegen import gemm, winograd_c, winograd_cl
+from plait.codegen import gemm, irblock_c, winograd_c, winograd_cl
 from plait.codegen.cstyle import RenderedKernel
 from plait.errors import CompileError, PlaitError, TraceError
 from plait.graph.node import Node, toposort
@@ -53,6 +53,8 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
     if item.kind == "pointwise":  # a 1x1 convolution across the vector lanes, its weights packed at plan build
         assert item.gemm is not None
         return gemm.render_c(item.gemm, None, r, _epilogue(item), lanes=item.extra["lanes"])
+    if item.kind == "irblock":  # an inverted-residual block fused into one cpu kernel
+        return irblock_c.render(item.extra["irblock"], r, item.extra["epilogues"])
     if item.kind == "winograd":
         return (winograd_cl if r.dialect == "opencl" else winograd_c).render(item.extra["winograd"], r, _epilogue(item))
     if item.kind in ("custom", "contract"):

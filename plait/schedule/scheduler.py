@@ -713,7 +713,9 @@ def schedule(
     items = _winograd_cl(items, constants_once) if winograd_cl else items
     items = _pool_max_with_offsets(items)
     if winograd and constants_once:  # the C device, where a plan's constant work runs once
-        items = _pointwise_lanes(items)
+        from plait.schedule import irblock  # (it builds Items)
+
+        items = irblock.fuse(_pointwise_lanes(items), {n.uid for n in outputs})
     return _winograd(items, constants_once) if winograd else items
 
 

@@ -1,0 +1,301 @@
+"""The C kernel of a fused inverted-residual block at inference (mobilenet_v2's expand 1x1 -> depthwise 3x3 -> project
+1x1, each with its fused epilogue: batch norm, ReLU6, the residual add).
+
+Run as three kernels, the expanded tensor (six times the block's channels) and the depthwise output go to memory and
+come back, and each layer's weights arrive from L3 (docs/benchmarks.md, "where the two-thread replay's extra time
+goes"). Here each thread takes its own run of the expanded channels, in chunks whose expanded planes fit in L2: it
+expands its channels over the whole plane into a zero-bordered scratch plane (pixels x channels, channels across the
+vector lanes, so the depthwise taps are plain vector loads), runs the depthwise window on it, and multiplies its
+channels into its own partial sums of the projection. No pixel is computed twice (strips of rows would recompute
+their border rows: 29-43% more expand work on 7x7 planes at two threads). After one barrier the threads add the
+partial sums, by output channel, and apply the projection's epilogue. The weights are packed once, at plan build
+(plait/graph/ops/pointwise_weight.py): the expand's and the projection's as k-major rows of all output channels, the
+depthwise weights as tap-major rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from plait.codegen import gemm_c
+from plait.codegen.c import entry_points
+from plait.codegen.cstyle import RenderedKernel
+from plait.codegen.expr import ExprBuilder, Idx
+from plait.codegen.gemm import Epilogue, _tile_coords
+
+VW = 16  # floats per vector register (AVX-512)
+MR = 7  # pixels per register tile (mobilenet_v2's planes are multiples of 7 wide)
+NV = 3  # channel vectors per register tile: 7 x 3 accumulators, 3 weight vectors and a broadcast
+GP = NV * VW  # channels per packed weight panel (the expanded channels split among threads in whole panels)
+KC = 256  # input channels per k block of the projection: a group's block of weights (48 KB) stays in L1
+L2_CHUNK = 1 << 20  # bytes of one chunk's scratch (bordered expanded plane + depthwise output) kept in L2
+
+
+@dataclass(frozen=True)
+class IRBlockPlan:
+    """One block: cin input channels on an h x w plane, c1 expanded channels (a multiple of 16), a 3x3 depthwise
+    window of stride `stride` (padding 1) to ho x wo, m2 output channels."""
+
+    cin: int
+    c1: int
+    m2: int
+    h: int
+    w: int
+    stride: int
+
+    @property
+    def ho(self) -> int:
+        return (self.h - 1) // self.stride + 1
+
+    @property
+    def wo(self) -> int:
+        return (self.w - 1) // self.stride + 1
+
+    @property
+    def m2p(self) -> int:
+        """Output channels padded to whole vectors (the packed projection's row length)."""
+        return -(-self.m2 // VW) * VW
+
+    @property
+    def chunk_vectors(self) -> int:
+        """Most channel vectors per chunk: its bordered plane and depthwise output fit in L2_CHUNK bytes."""
+        per_vector = ((self.h + 2) * (self.w + 2) + self.ho * self.wo) * VW * 4
+        return max(NV, L2_CHUNK // per_vector // NV * NV)
+
+
+def _tile(nv: int) -> str:
+    """acc[MR pixels][nv vectors] = sum over k of x[pixel] * w[row]: weight row p at w + p*ldw (nv vectors), pixel i
+    of row p at x + p*sxp + i*sxi; the sums go to out[i][v] (MR x nv vectors)."""
+    return f"""static inline void plait_irb_tile{nv}(int k, const float* restrict w, long ldw, const float* restrict x,
+                                     long sxp, long sxi, float* restrict out) {{
+  plait_v16 acc[{MR}][{nv}];
+#pragma GCC unroll {MR}
+  for (int i = 0; i < {MR}; i++)
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_v16){{0}};
+  for (int p = 0; p < k; p++) {{
+    plait_v16 wv[{nv}];
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) wv[v] = *(const plait_v16*)(w + p * ldw + v * {VW});
+    const float* xp = x + p * sxp;
+#pragma GCC unroll {MR}
+    for (int i = 0; i < {MR}; i++) {{
+      float s = xp[i * sxi];
+#pragma GCC unroll {nv}
+      for (int v = 0; v < {nv}; v++) acc[i][v] += wv[v] * s;
+    }}
+  }}
+#pragma GCC unroll {MR}
+  for (int i = 0; i < {MR}; i++)
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) *(plait_v16*)(out + (i * {nv} + v) * {VW}) = acc[i][v];
+}}
+"""
+
+
+def library() -> str:
+    """The shared register tiles (one to NV channel vectors) and their dispatch by width."""
+    tiles = "".join(_tile(nv) for nv in range(1, NV + 1))
+    dispatch = """static inline void plait_irb_tile(int nv, int k, const float* w, long ldw, const float* x, long sxp,
+                                  long sxi, float* out) {
+  if (nv == 3) plait_irb_tile3(k, w, ldw, x, sxp, sxi, out);
+  else if (nv == 2) plait_irb_tile2(k, w, ldw, x, sxp, sxi, out);
+  else plait_irb_tile1(k, w, ldw, x, sxp, sxi, out);
+}
+"""
+    # the buffer of the threads' partial sums and scratch planes: the team run's (the same memory for every block of a
+    # replay, so it is still in the cores' caches), or one thread's handed to the others when run alone
+    prefetch = """static inline void plait_irb_prefetch(const float* w, long l0, long l1) {
+  for (long l = l0; l < l1; l++) __builtin_prefetch(w + l * 16, 0, 2);
+}
+"""
+    parts = """static float* plait_irb_parts(size_t n) {
+  float* parts = plait_team_shared(n);
+  if (!parts) {
+#pragma omp single copyprivate(parts)
+    parts = plait_shared_scratch(n);
+  }
+  return parts;
+}
+"""
+    body = f"//@shared-begin plait_irblock\n{tiles}{dispatch}{prefetch}{parts}//@shared-end\n"
+    return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(body)
+
+
+def _epilogue(
+    r: Any, epi: Epilogue | None, prefix: str, channels: int, pixels: int, ch: str, px: str
+) -> tuple[str, str, list[str]]:
+    """(statements, result, parameter declarations) applying `epi` to `v`, the value of output (channel `ch`, pixel
+    `px`) of a (1, channels, pixels) product; its extra buffers are parameters named prefix0, prefix1, ..."""
+    if epi is None:
+        return "", "v", []
+    args = {n.uid: f"{prefix}{i}" for i, n in enumerate(epi.extra)}
+    b = ExprBuilder(r, args, "int", subst={epi.mm.uid: "v"})
+    coords = _tile_coords(epi.root.shape, 1, channels, pixels, ch, px)
+    where = Idx(epi.root.shape, coords=coords) if coords else Idx(epi.root.shape, linear=f"({ch}) * {pixels} + {px}")
+    res = b.value(epi.root, where)
+    params = [r.param(n.dtype, f"{prefix}{i}", False) for i, n in enumerate(epi.extra)]
+    return "".join(f"      {ln}\n" for ln in b.lines), res, params
+
+
+def render(
+    p: IRBlockPlan, r: Any, epilogues: tuple[Epilogue | None, Epilogue | None, Epilogue | None]
+) -> RenderedKernel:
+    """The kernel C = block(X) with U1 (cin x c1), UD (9 x c1) and U2 (c1 x m2p) packed at plan build; its
+    parameters are C, X, U1, UD, U2, then each stage's epilogue buffers (x*, d*, y* in stage order)."""
+    hw, howo, wp = p.h * p.w, p.ho * p.wo, p.w + 2
+    cmax = min(p.c1, p.chunk_vectors * VW)  # most channels of one chunk
+    scratch = -(-(((p.h + 2) * wp + howo) * cmax + MR * max(p.cin, cmax) + MR * NV * VW) // VW) * VW
+    s1, r1, prm1 = _epilogue(r, epilogues[0], "x", p.c1, hw, "c0 + j", "q")
+    s2, r2, prm2 = _epilogue(r, epilogues[1], "d", p.c1, howo, "c0 + j", "o")
+    s3, r3, prm3 = _epilogue(r, epilogues[2], "y", p.m2, howo, "ch", "j")
+    body = f"""  const int cin = {p.cin}, c1 = {p.c1}, m2 = {p.m2}, m2p = {p.m2p}, h = {p.h}, w = {p.w}, ho = {p.ho}, wo = {p.wo};
+  int threads = omp_get_num_threads(), groups = c1 / {GP};
+  /* per thread: its scratch (bordered expanded plane, depthwise output, a partial tile's pixels, a tile's sums),
+     then its partial projection (m2 x ho*wo); one thread projects straight into C */
+  long own = ({scratch} + (long)(threads > 1) * m2 * {howo} + {VW - 1}) / {VW} * {VW};
+  float* parts = plait_irb_parts((size_t)(threads * own));
+#pragma omp for schedule(static) nowait
+  for (int t = 0; t < threads; t++) {{
+    float* part = threads > 1 ? parts + t * own + {scratch} : C;
+    int v0 = groups * t / threads * {NV}, v1 = groups * (t + 1) / threads * {NV};
+    if (v0 == v1) memset(part, 0, sizeof(float) * (size_t)m2 * {howo});
+    for (int cv = v0; cv < v1; cv += {p.chunk_vectors}) {{
+      int nvc = v1 - cv < {p.chunk_vectors} ? v1 - cv : {p.chunk_vectors}, cc = nvc * {VW}, c0 = cv * {VW};
+      float* e = parts + t * own;
+      float* d = e + (long){(p.h + 2) * wp} * cc;
+      float* xt = d + (long){howo} * cc;
+      float* tile = xt + {MR * max(p.cin, cmax)};
+      /* the zero border of the expanded plane (the depthwise window's padding) */
+      memset(e, 0, sizeof(float) * (size_t)({wp} * cc));
+      memset(e + (long)(h + 1) * {wp} * cc, 0, sizeof(float) * (size_t)({wp} * cc));
+      for (int y = 1; y <= h; y++) {{
+        memset(e + (long)y * {wp} * cc, 0, sizeof(float) * (size_t)cc);
+        memset(e + ((long)y * {wp} + w + 1) * cc, 0, sizeof(float) * (size_t)cc);
+      }}
+      /* expand: a panel of {NV} channel vectors (its weights stay in L1, the next panel's are prefetched into L2
+         meanwhile) over every tile of {MR} pixels, each tile's sums through the expand's epilogue into the bordered
+         plane */
+      plait_irb_prefetch(U1 + (long)c0 * cin, 0, cin * {GP // VW});
+      for (int g = 0; g < nvc; g += {NV}) {{
+        int nv = {NV};
+        const float* w1 = U1 + (long)(c0 + g * {VW}) * cin;
+        for (int q0 = 0, l0 = 0; q0 < {hw}; q0 += {MR}, l0 += {-(-p.cin * (GP // VW) // -(-hw // MR))}) {{
+          if (g + {NV} < nvc) plait_irb_prefetch(w1 + (long)cin * {GP}, l0, l0 + {-(-p.cin * (GP // VW) // -(-hw // MR))} < cin * {GP // VW} ? l0 + {-(-p.cin * (GP // VW) // -(-hw // MR))} : cin * {GP // VW});
+          int px = {hw} - q0 < {MR} ? {hw} - q0 : {MR};
+          const float* xs = X + q0;
+          long sxp = {hw};
+          if (px < {MR}) {{ /* a partial tile: its pixels copied, zero-padded */
+            for (int c = 0; c < cin; c++)
+              for (int i = 0; i < {MR}; i++) xt[c * {MR} + i] = i < px ? X[(long)c * {hw} + q0 + i] : 0.0f;
+            xs = xt;
+            sxp = {MR};
+          }}
+          plait_irb_tile(nv, cin, w1, {GP}, xs, sxp, 1, tile);
+          for (int i = 0; i < px; i++) {{
+            int q = q0 + i;
+            float* dst = e + ((long)(q / w + 1) * {wp} + q % w + 1) * cc + g * {VW};
+            const float* src = tile + i * nv * {VW};
+#pragma omp simd
+            for (int j = g * {VW}; j < (g + nv) * {VW}; j++) {{
+              float v = src[j - g * {VW}];
+{s1}              dst[j - g * {VW}] = {r1};
+            }}
+          }}
+        }}
+      }}
+      /* depthwise 3x3 over the bordered plane, then its epilogue; meanwhile this chunk's rows of the projection's
+         panels are prefetched into L2, a share per output row */
+      for (int oy = 0; oy < ho; oy++) {{
+        for (int pn = 0; pn < {-(-p.m2 // GP)}; pn++) {{
+          long n2 = (long)cc * {GP // VW}, sh = (n2 + ho - 1) / ho, l0 = oy * sh, l1 = l0 + sh < n2 ? l0 + sh : n2;
+          plait_irb_prefetch(U2 + ((long)pn * c1 + c0) * {GP}, l0, l1);
+        }}
+        for (int v = 0; v < nvc; v++) {{
+          plait_v16 k9[9];
+          for (int tp = 0; tp < 9; tp++) k9[tp] = *(const plait_v16*)(UD + (long)tp * c1 + c0 + v * {VW});
+          const float* row = e + (long)oy * {p.stride} * {wp} * cc + v * {VW};
+          for (int ox = 0; ox < wo; ox++) {{
+            const float* t0 = row + (long)ox * {p.stride} * cc;
+            plait_v16 acc = (plait_v16){{0}};
+#pragma GCC unroll 3
+            for (int dy = 0; dy < 3; dy++)
+#pragma GCC unroll 3
+              for (int dx = 0; dx < 3; dx++) acc += *(const plait_v16*)(t0 + ((long)dy * {wp} + dx) * cc) * k9[dy * 3 + dx];
+            *(plait_v16*)(d + ((long)oy * wo + ox) * cc + v * {VW}) = acc;
+          }}
+        }}
+        for (int ox = 0; ox < wo; ox++) {{
+          int o = oy * wo + ox;
+          float* dp = d + (long)o * cc;
+#pragma omp simd
+          for (int j = 0; j < cc; j++) {{
+            float v = dp[j];
+{s2}            dp[j] = {r2};
+          }}
+        }}
+      }}
+      /* project: this chunk's channels into the partial sums, a group of up to {NV} output vectors over k blocks
+         of up to {KC} channels (the group's block of weights stays in L1) over every tile of {MR} pixels */
+      for (int g = 0; g < m2p / {VW}; g += {NV}) {{
+        int nv = m2p / {VW} - g < {NV} ? m2p / {VW} - g : {NV};
+        const float* w2 = U2 + (long)(g / {NV}) * c1 * {GP};
+        int rows = m2 - g * {VW} < nv * {VW} ? m2 - g * {VW} : nv * {VW};
+        for (int k0 = 0; k0 < cc; k0 += {KC}) {{
+          int kc = cc - k0 < {KC} ? cc - k0 : {KC}, add = cv > v0 || k0 > 0;
+          for (int q0 = 0; q0 < {howo}; q0 += {MR}) {{
+            int px = {howo} - q0 < {MR} ? {howo} - q0 : {MR};
+            const float* ds = d + (long)q0 * cc + k0;
+            long sxp = 1, sxi = cc;
+            if (px < {MR}) {{
+              for (int c = 0; c < kc; c++)
+                for (int i = 0; i < {MR}; i++) xt[c * {MR} + i] = i < px ? ds[(long)i * cc + c] : 0.0f;
+              ds = xt;
+              sxp = {MR};
+              sxi = 1;
+            }}
+            plait_irb_tile(nv, kc, w2 + (long)(c0 + k0) * {GP}, {GP}, ds, sxp, sxi, tile);
+            for (int ch = 0; ch < rows; ch++) {{
+              float* dst = part + (long)(g * {VW} + ch) * {howo} + q0;
+              if (add)
+                for (int i = 0; i < px; i++) dst[i] += tile[i * nv * {VW} + ch];
+              else
+                for (int i = 0; i < px; i++) dst[i] = tile[i * nv * {VW} + ch];
+            }}
+          }}
+        }}
+      }}
+    }}
+  }}
+  plait_team_barrier();
+  /* the partial sums added by output channel, then the epilogue */
+#pragma omp for schedule(static) nowait
+  for (int ch = 0; ch < m2; ch++) {{
+    float* out = C + (long)ch * {howo};
+#pragma omp simd
+    for (int j = 0; j < {howo}; j++) {{
+      float v = out[j];
+      if (threads > 1) {{
+        v = 0.0f;
+        for (int t = 0; t < threads; t++) v += parts[t * own + {scratch} + (long)ch * {howo} + j];
+      }}
+{s3}      out[j] = {r3};
+    }}
+  }}
+"""
+    params = [
+        "float* restrict C",
+        "const float* restrict X",
+        "const float* restrict U1",
+        "const float* restrict UD",
+        "const float* restrict U2",
+        *prm1,
+        *prm2,
+        *prm3,
+    ]
+    src = entry_points("KERNEL_NAME", params, body, f"{library()}/* KERNEL_NAME */\n")
+    digest = hashlib.sha256(src.encode()).hexdigest()[:10]
+    name = f"IRBLOCK_{p.cin}x{p.c1}x{p.m2}x{p.h}x{p.w}s{p.stride}_{digest}"
+    return RenderedKernel(name, src.replace("KERNEL_NAME", name), (1,), None)

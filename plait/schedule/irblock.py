@@ -1,0 +1,102 @@
+"""Inverted-residual blocks fused into one cpu kernel at inference (plait/codegen/irblock_c.py): a 1x1 expand product,
+the 3x3 depthwise convolution that alone reads it and the 1x1 projection that alone reads that, each with its fused
+epilogue, become one item whose expanded tensor never goes to memory. Only plans that run constant work once (a
+compiled inference plan: the weights are buffers, packed when the plan is built) take it; a training step keeps the
+three kernels, since its backward reads the expanded tensor."""
+
+from __future__ import annotations
+
+from plait.codegen import gemm, irblock_c
+from plait.codegen.pointwise_c import VW, LanesPlan
+from plait.graph.node import Node
+from plait.graph.ops.pointwise_weight import pointwise_weight
+from plait.schedule.scheduler import Item
+
+# Input planes of at most this many pixels take the fused block (mobilenet_v2's 14x14 and 7x7 blocks, and the
+# stride-2 block into 14x14): measured in docs/benchmarks.md.
+MAX_PIXELS = 784
+
+
+def _weight_1x1(it: Item) -> tuple[Node, tuple[int, int, int]] | None:
+    """The weight buffer of a 1x1 product item over one image (a lanes product's packed weight's source, or a GEMM's
+    A) and its view (offset, row stride, column stride); None when it is not such a product of a buffer weight."""
+    spec = it.gemm
+    if it.kind not in ("gemm", "pointwise") or spec is None or spec.batch != 1 or spec.conv is not None:
+        return None
+    if spec.conv_t is not None or spec.a_nchw is not None or spec.b[0] != 0 or spec.b[2:] != (spec.n, 1):
+        return None
+    if it.kind == "pointwise":
+        packed = it.inputs[0]
+        return packed.srcs[0], packed.arg.w_view
+    weight = it.inputs[0]
+    return (weight, (spec.a[0], spec.a[2], spec.a[3])) if weight.buffer is not None else None
+
+
+def _plan(e: Item, d: Item, p: Item) -> irblock_c.IRBlockPlan | None:
+    """The block of expand item `e`, depthwise item `d` and projection item `p` when their shapes chain and the
+    depthwise window is 3x3 with padding 1 and stride 1 or 2 over one image; else None."""
+    es, ds, ps = e.gemm, d.gemm, p.gemm
+    if es is None or ds is None or ps is None or ds.conv is None or d.kind != "gemm" or d.inputs[0].buffer is None:
+        return None
+    win = ds.conv
+    window = (win.n, win.kh, win.kw, win.ph, win.pw, win.dh, win.dw) == (1, 3, 3, 1, 1, 1, 1)
+    if not window or win.sh != win.sw or win.sh not in (1, 2) or ds.m != 1 or ds.k != 9:
+        return None
+    if ds.a[1] != 0 or ds.a[2:] != (9, 1) or ds.a_inner != 9 or ds.b != (0, 0, 0, 0) or ds.b_inner != win.h * win.w:
+        return None
+    plan = irblock_c.IRBlockPlan(es.k, es.m, ps.m, win.h, win.w, win.sh)
+    chained = es.m == win.c == ds.batch == ds.inner == ps.k and es.n == win.h * win.w and ps.n == plan.ho * plan.wo
+    return plan if chained and plan.c1 % irblock_c.GP == 0 and es.n <= MAX_PIXELS else None
+
+
+def _epilogue(it: Item) -> gemm.Epilogue | None:
+    return gemm.Epilogue(it.out, it.extra["epilogue"], tuple(it.extra["extra"])) if "epilogue" in it.extra else None
+
+
+def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
+    """Replace each expand -> depthwise -> projection run of items (each product read only by the next, none an
+    output) by one `irblock` item reading the block's input, the three weights packed at plan build (constant items)
+    and the three epilogues' buffers."""
+    readers: dict[int, int] = {}
+    for it in items:
+        for x in it.inputs:
+            readers[x.uid] = readers.get(x.uid, 0) + 1
+    producer = {it.out.uid: i for i, it in enumerate(items)}
+    drop: set[int] = set()
+    fused: dict[int, list[Item]] = {}
+    for i, d in enumerate(items):
+        if d.kind != "gemm" or d.gemm is None or d.gemm.conv is None or len(d.inputs) < 2:
+            continue
+        j = producer.get(d.inputs[1].uid)
+        users = [k for k, it in enumerate(items) if len(it.inputs) > 1 and it.inputs[1].uid == d.out.uid]
+        if j is None or len(users) != 1:
+            continue
+        e, p = items[j], items[users[0]]
+        if readers.get(e.out.uid) != 1 or readers.get(d.out.uid) != 1 or {e.out.uid, d.out.uid} & outputs:
+            continue
+        plan = _plan(e, d, p)
+        w1, w2 = _weight_1x1(e), _weight_1x1(p)
+        if plan is None or w1 is None or w2 is None:
+            continue
+        u1 = pointwise_weight(w1[0], LanesPlan(plan.c1, plan.cin, 1, irblock_c.NV, w1[1]))
+        ud = pointwise_weight(d.inputs[0], LanesPlan(plan.c1, 9, 1, plan.c1 // VW, (d.gemm.a[0], 9, 1)))
+        u2 = pointwise_weight(w2[0], LanesPlan(plan.m2, plan.c1, 1, irblock_c.NV, w2[1]))
+        packs = [
+            Item(u, [src], "custom", extra={"constant": True})
+            for u, src in ((u1, w1[0]), (ud, d.inputs[0]), (u2, w2[0]))
+        ]
+        extras = [x for it in (e, d, p) for x in it.extra.get("extra", [])]
+        block = Item(
+            p.out,
+            [e.inputs[1], u1, ud, u2, *extras],
+            "irblock",
+            extra={"irblock": plan, "epilogues": (_epilogue(e), _epilogue(d), _epilogue(p))},
+        )
+        drop.update({j, i})
+        drop.update(producer[it.inputs[0].uid] for it in (e, p) if it.kind == "pointwise")
+        fused[users[0]] = [*packs, block]
+    out: list[Item] = []
+    for i, it in enumerate(items):
+        if i not in drop:
+            out.extend(fused.get(i, [it]))
+    return out

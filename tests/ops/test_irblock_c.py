@@ -1,0 +1,133 @@
+"""The `cpu` device's fused inverted-residual block at inference (IRBLOCK, plait/codegen/irblock_c.py via
+plait/schedule/irblock.py): expand 1x1 -> depthwise 3x3 -> project 1x1, each with a batch-norm-style epilogue (ReLU6
+after the first two), with and without the residual add, stride 1 and 2, odd planes, at one, two and three threads
+(the expanded channels split among threads in whole panels, a thread with none); against PyTorch. And the rules
+that keep the three kernels: weights passed per call (a training step's), an expanded tensor someone else reads,
+expanded channels that are not whole panels of 48."""
+
+import ctypes
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from plait.schedule.plan import read, run_launches
+from tests.helpers import assert_close, rand
+
+_GOMP = ctypes.CDLL("libgomp.so.1")
+
+
+@pytest.fixture(params=[1, 2, 3], ids=["1-thread", "2-threads", "3-threads"])
+def team_size(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Regions opened from the test's thread (standalone kernels and team runs) use `request.param` threads."""
+    before = _GOMP.omp_get_max_threads()
+    _GOMP.omp_set_num_threads(request.param)
+    yield request.param
+    _GOMP.omp_set_num_threads(before)
+
+
+def _weights(cin: int, c1: int, m2: int) -> list[np.ndarray]:
+    ws = [
+        rand((c1, cin, 1, 1), seed=1) / np.float32(cin**0.5),
+        rand((c1, 1, 3, 3), seed=2) / np.float32(3.0),
+        rand((m2, c1, 1, 1), seed=3) / np.float32(c1**0.5),
+    ]
+    return ws + [rand((c,), seed=10 + i) for i, c in enumerate((c1, c1, c1, c1, m2, m2))]
+
+
+def _plait_block(ws: list[np.ndarray], stride: int, residual: bool) -> plait.jit:
+    w1, wd, w2, s1, h1, s2, h2, s3, h3 = (plait.tensor(a, device="cpu") for a in ws)
+    c1, m2 = ws[0].shape[0], ws[2].shape[0]
+
+    def block(t: plait.Tensor) -> plait.Tensor:
+        a = (F.conv2d(t, w1) * s1.reshape(c1, 1, 1) + h1.reshape(c1, 1, 1)).clip(0.0, 6.0)
+        b = F.conv2d(a, wd, stride=stride, padding=1, groups=c1) * s2.reshape(c1, 1, 1) + h2.reshape(c1, 1, 1)
+        y = F.conv2d(b.clip(0.0, 6.0), w2) * s3.reshape(m2, 1, 1) + h3.reshape(m2, 1, 1)
+        return y + t if residual else y
+
+    return plait.jit(block, "cpu")
+
+
+def _torch_block(x: np.ndarray, ws: list[np.ndarray], stride: int, residual: bool) -> np.ndarray:
+    w1, wd, w2, s1, h1, s2, h2, s3, h3 = (torch.tensor(a) for a in ws)
+    c1, m2 = w1.shape[0], w2.shape[0]
+    conv = torch.nn.functional.conv2d
+    a = (conv(torch.tensor(x), w1) * s1.reshape(c1, 1, 1) + h1.reshape(c1, 1, 1)).clamp(0.0, 6.0)
+    b = (conv(a, wd, stride=stride, padding=1, groups=c1) * s2.reshape(c1, 1, 1) + h2.reshape(c1, 1, 1)).clamp(0, 6)
+    y = conv(b, w2) * s3.reshape(m2, 1, 1) + h3.reshape(m2, 1, 1)
+    return (y + torch.tensor(x) if residual else y).numpy()
+
+
+def _kinds(f: plait.jit, x: np.ndarray) -> list[str]:
+    plan, _ = f.plan_for([x])
+    return [k.name.split("_")[0] for k in plan.kernels]
+
+
+CASES = [  # input channels, expanded channels, output channels, plane side, stride, residual
+    (16, 96, 16, 14, 1, True),  # mobilenet_v2-like, two panels of 48
+    (16, 96, 24, 14, 2, False),  # stride 2 on an even plane
+    (24, 144, 40, 13, 2, False),  # stride 2 on an odd plane, three panels
+    (24, 144, 24, 5, 1, True),  # 25 pixels: a partial pixel tile in both products
+    (20, 48, 20, 9, 1, True),  # one panel: a second thread has no channels
+    (40, 192, 70, 11, 2, False),  # 70 output channels: a partial vector and a partial panel
+]
+
+
+@pytest.mark.parametrize(("cin", "c1", "m2", "hw", "stride", "residual"), CASES)
+def test_block_matches_torch(cin: int, c1: int, m2: int, hw: int, stride: int, residual: bool, team_size: int) -> None:
+    """As a team run (twice: a replay reads the weights packed when the plan was built) and launched alone."""
+    x, ws = rand((1, cin, hw, hw)), _weights(cin, c1, m2)
+    f = _plait_block(ws, stride, residual)
+    plan, _ = f.plan_for([x])
+    assert [k.name.split("_")[0] for k in plan.kernels] == ["IRBLOCK"]
+    ref = _torch_block(x, ws, stride, residual)
+    what = f"block {cin}->{c1}->{m2} {hw}x{hw} s{stride}, {team_size} threads"
+    for _ in range(2):
+        assert_close(f(x), ref, "float32", what, tol_scale=10)
+    run_launches(plan.device, plan.launches)
+    assert_close(read(plan.device, plan.buffers[plan.outputs[0].uid], plan.outputs[0]), ref, "float32", what, 10)
+
+
+def test_weights_passed_per_call_keep_three_kernels() -> None:
+    """Weights that are arguments of the plan (a training step's parameters) are never packed once."""
+    cin, c1, m2 = 16, 96, 16
+    x, ws = rand((1, cin, 14, 14)), _weights(cin, c1, m2)
+
+    def block(t: plait.Tensor, w1: plait.Tensor, wd: plait.Tensor, w2: plait.Tensor) -> plait.Tensor:
+        a = F.conv2d(t, w1).clip(0.0, 6.0)
+        return F.conv2d(F.conv2d(a, wd, padding=1, groups=c1).clip(0.0, 6.0), w2)
+
+    f = plait.jit(block, "cpu")
+    plan, _ = f.plan_for([x, *ws[:3]])
+    assert "IRBLOCK" not in [k.name.split("_")[0] for k in plan.kernels]
+
+
+def test_expanded_tensor_read_elsewhere_keeps_three_kernels() -> None:
+    """An expanded tensor that is also an output must be made: the block is not fused."""
+    cin, c1, m2 = 16, 96, 16
+    x, ws = rand((1, cin, 14, 14)), _weights(cin, c1, m2)
+    w1, wd, w2 = (plait.tensor(a, device="cpu") for a in ws[:3])
+
+    def block(t: plait.Tensor) -> tuple[plait.Tensor, plait.Tensor]:
+        a = F.conv2d(t, w1).clip(0.0, 6.0)
+        return a, F.conv2d(F.conv2d(a, wd, padding=1, groups=c1).clip(0.0, 6.0), w2)
+
+    f = plait.jit(block, "cpu")
+    assert "IRBLOCK" not in _kinds(f, x)
+    a, y = f(x)
+    conv = torch.nn.functional.conv2d
+    ra = conv(torch.tensor(x), torch.tensor(ws[0])).clamp(0.0, 6.0)
+    ry = conv(conv(ra, torch.tensor(ws[1]), padding=1, groups=c1).clamp(0.0, 6.0), torch.tensor(ws[2]))
+    assert_close(a, ra.numpy(), "float32", "expanded tensor", tol_scale=10)
+    assert_close(y, ry.numpy(), "float32", "unfused block", tol_scale=10)
+
+
+def test_expanded_channels_not_in_whole_panels_keep_three_kernels() -> None:
+    cin, c1, m2 = 16, 64, 16
+    x, ws = rand((1, cin, 14, 14)), _weights(cin, c1, m2)
+    f = _plait_block(ws, 1, True)
+    assert "IRBLOCK" not in _kinds(f, x)
+    assert_close(f(x), _torch_block(x, ws, 1, True), "float32", "64 expanded channels", tol_scale=10)
