@@ -9,6 +9,13 @@ The default layers are vgg16's 3x3 layers after the first and resnet18/50's stri
 
     tools/gpu-run.sh python3 benchmarks/bench_winograd43_cl.py --device opencl:0 --batch 64
     PLAIT_TEST_DEVICES=opencl:0 python3 benchmarks/bench_winograd43_cl.py --batch 2 --reps 1 --layers 16x24x20
+
+`--sweep` instead times each layer's F(4,3) products alone (the 36 batched GEMMs of the training forward and input
+gradient as the scheduler lays them out, on random operands): the tile rule's knobs first ("heuristic", which is
+`winograd_cl.product_knobs` or the generic tensor-core rule), then every tensor-core candidate of
+benchmarks/sweep_step_gemms.py's list:
+
+    tools/gpu-run.sh python3 benchmarks/bench_winograd43_cl.py --sweep --layers 64x64x224,256x256x56 --reps 5
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -98,6 +106,77 @@ def _infer(device: str, c: int, k: int, hw: int, batch: int, reps: int) -> str:
     return f"| {c}->{k} {hw}x{hw} b{batch} | inference forward | {' | '.join(row)} |"
 
 
+def _products(device: str, c: int, k: int, hw: int, batch: int) -> list[Any]:
+    """The distinct F(4,3) product GemmSpecs (batch 36) of the layer's training forward and input gradient."""
+    from plait.runtime import get_device
+    from plait.schedule.scheduler import schedule
+
+    inputs = [Node("input", (), None, s, dtypes.float32, device) for s in ((batch, c, hw, hw), (k, c, 3, 3))]
+    inputs[0].rg = True
+    x, w = (plait.Tensor(node) for node in inputs)
+    g = plait.Tensor(Node("input", (), None, (batch, k, hw, hw), dtypes.float32, device))
+    r = get_device(device).renderer
+    with settings.override(PLAIT_WINOGRAD_CL="4"):
+        out = F.conv2d(x, w, padding=1)
+        seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
+        dx = autodiff.gradients((out * g).sum().node, seed, [x.node])[x.node.uid]
+        items = schedule(
+            [out.node, dx],
+            r.__dict__.get("split_parts", 256),
+            implicit_conv=getattr(r, "implicit_conv", False),
+            conv_span=getattr(r, "conv_span", False),
+            split_k=getattr(r, "split_k", False),
+            winograd_cl=True,
+        )
+    return list(dict.fromkeys(it.gemm for it in items if it.kind == "gemm" and it.gemm and it.gemm.batch == 36))
+
+
+def _sweep(args: argparse.Namespace) -> None:
+    """Time each layer's F(4,3) products under the tile rule's knobs and every candidate (median of --reps)."""
+    from sweep_step_gemms import _knobs
+    from sweep_wgrad_cl import _buffers
+
+    from plait.codegen import gemm
+    from plait.codegen.gemm_tc import mma_tf32_unsupported
+    from plait.errors import PlaitError
+    from plait.runtime import get_device
+
+    dev = get_device(args.device)
+    emu = {"MMA": 0} if mma_tf32_unsupported(dev) else {}
+    have = dev.info.extra.get("local_mem", 48 * 1024)
+    start, seen = time.perf_counter(), set()
+    for layer in args.layers.split(","):
+        c, k, hw = (int(v) for v in layer.split("x"))
+        for sp in _products(args.device, c, k, hw, args.batch):
+            if sp in seen:
+                continue
+            seen.add(sp)
+            if time.perf_counter() - start > args.seconds:
+                print("-- stopped: --seconds reached", flush=True)
+                return
+            knobs, kernels = [], []
+            for kn in _knobs(sp, have):
+                try:
+                    kernels.append(gemm.render_opencl(sp, {**kn, **emu}))
+                    knobs.append(kn)
+                except PlaitError as e:  # a tile this product cannot take: say so and go on
+                    print(f"   render {kn}: {str(e)[:80]}")
+            progs = dev.compile_batch([(kern.source, kern.name) for kern in kernels])
+            pool: dict[int, Any] = {}
+            bufs = _buffers(dev, sp, pool)
+            rows = []
+            for kn, kern, prog in zip(knobs, kernels, progs, strict=True):
+                launch = prog.bind(bufs, kern.global_size, kern.local_size)
+                rows.append((sorted(dev.time_launch(launch) for _ in range(args.reps))[args.reps // 2], kn))
+            for buf in pool.values():
+                dev.allocator.free(buf.nbytes, buf.handle)
+            best = sorted(rows, key=lambda r: r[0])
+            print(f"-- {layer} b{args.batch}: {sp.batch}x{sp.m}x{sp.n}x{sp.k}", flush=True)
+            lines = [f"heuristic {rows[0][0] * 1e3:.3f} ms {sp.flops / rows[0][0] / 1e12:.1f} TF {rows[0][1]}"]
+            lines += [f"{t * 1e3:.3f} ms {sp.flops / t / 1e12:.1f} TF {kn}" for t, kn in best[:5]]
+            print("   " + "\n   ".join(lines), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="opencl:0")
@@ -106,7 +185,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--layers", default=LAYERS, help="comma-separated CxKxHW of 3x3 layers (padding 1)")
     ap.add_argument("--seconds", type=float, default=1e9, help="start no new layer after this many seconds")
+    ap.add_argument("--sweep", action="store_true", help="time the F(4,3) products alone under each tile candidate")
     args = ap.parse_args()
+    if args.sweep:
+        _sweep(args)
+        return
     start = time.perf_counter()
     print(f"kernel time, median of {args.reps} (ms), (max error / max against float64; kernels by kind)")
     print("| layer | part | direct | F(2,3) | F(4,3) |")
