@@ -1,21 +1,24 @@
 """A 5x5 stride-1 training convolution on an OpenCL device, direct (implicit GEMM, columns product) against Winograd
-F(2,5) (plait/codegen/winograd_cl.py with r = 5): the forward, the input gradient and the weight gradient each
-compiled alone and profiled kernel by kernel (the device's profiling events), then the three in one plan (where
-the forward takes the weight gradient's input transform), and each result's max error against PyTorch in float64
-relative to the reference's largest magnitude.
+F(2,5) and F(4,5) (plait/codegen/winograd_cl.py with r = 5, m = 2 or 4): the forward, the input gradient and the
+weight gradient each compiled alone and profiled kernel by kernel (the device's profiling events), then the three in
+one plan (where an F(2,5) forward takes the weight gradient's input transform), and each result's max error against
+PyTorch in float64 relative to the reference's largest magnitude.
 
 The default layer is alexnet's 5x5 one (64 -> 192 channels, 27x27, padding 2). The graph is that of
 sum(conv2d(x, w, padding) * g) with x and w requiring gradients, as `_conv_vjp` builds it in a training step;
-PLAIT_WINOGRAD_CL=off is the direct form, =2 Winograd everywhere.
+PLAIT_WINOGRAD_CL=off is the direct form, =2 F(2,5) everywhere, =4 F(4,5) for the forward and input gradient (the
+weight gradient stays F(2,5)).
 
     tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --device opencl:0 --batch 64
     PLAIT_TEST_DEVICES=opencl:0 python3 benchmarks/bench_winograd5_cl.py --batch 2 --reps 1   # rounding on PoCL
 
 `--sweep` instead times the layer's F(2,5) products alone (the batched GEMMs of the three parts' plan, as the
 scheduler lays them out, on random operands): the tile heuristic's knobs and every tensor-core candidate
-(benchmarks/sweep_step_gemms.py's list), the weight gradient's product also in other K chunk counts (`--parts`):
+(benchmarks/sweep_step_gemms.py's list), the weight gradient's product also in other K chunk counts (`--parts`);
+with `--sweep-mode 4` the F(4,5) forward's and input gradient's 64 products instead:
 
     tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --sweep --parts 1 2 4 6 10
+    tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --sweep --sweep-mode 4
 """
 
 from __future__ import annotations
@@ -82,9 +85,10 @@ def _kinds(plan: Plan, reps: int) -> tuple[float, str]:
     return sum(by.values()), ", ".join(f"{n} {t * 1e3:.3f}" for n, t in by.items())
 
 
-def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts: int) -> list[Any]:
-    """The distinct Winograd product GemmSpecs (batch a multiple of 36) of the layer's three parts in one plan, with
-    the weight gradient's product in `parts` K chunks (the 64x64-tile target set to make that many)."""
+def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts: int, mode: str = "2") -> list[Any]:
+    """The distinct Winograd product GemmSpecs of the layer's three parts in one plan under PLAIT_WINOGRAD_CL=`mode`:
+    with '2' the F(2,5) ones (batch a multiple of 36), the weight gradient's product in `parts` K chunks (the
+    64x64-tile target set to make that many); with '4' the F(4,5) forward's and input gradient's (batch 64)."""
     from plait.codegen import winograd_cl
     from plait.runtime import get_device
     from plait.schedule.scheduler import schedule
@@ -93,8 +97,8 @@ def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts:
     saved = winograd_cl.R5_WGRAD_TILE_TARGET
     winograd_cl.R5_WGRAD_TILE_TARGET = 36 * -(-k // 64) * -(-c // 64) * parts
     try:  # the graph's weight gradient makes its plan (and chunk count) as it is built
-        nodes, _, _ = _graphs(device, c, k, hw, pad, batch, "2")
-        with settings.override(PLAIT_WINOGRAD_CL="2"):
+        nodes, _, _ = _graphs(device, c, k, hw, pad, batch, mode)
+        with settings.override(PLAIT_WINOGRAD_CL=mode):
             items = schedule(
                 list(nodes),
                 r.__dict__.get("split_parts", 256),
@@ -105,12 +109,14 @@ def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts:
             )
     finally:
         winograd_cl.R5_WGRAD_TILE_TARGET = saved
-    specs = [it.gemm for it in items if it.kind == "gemm" and it.gemm is not None and it.gemm.batch % 36 == 0]
+    xis = 64 if mode == "4" else 36
+    specs = [it.gemm for it in items if it.kind == "gemm" and it.gemm is not None and it.gemm.batch % xis == 0]
     return list(dict.fromkeys(specs))
 
 
 def _sweep(args: argparse.Namespace, c: int, k: int, hw: int) -> None:
-    """Time each F(2,5) product under the heuristic's knobs and every candidate (median of --reps events)."""
+    """Time each F(2,5) (or, --sweep-mode 4, F(4,5)) product under the heuristic's knobs and every candidate (median
+    of --reps events)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from sweep_step_gemms import _knobs
     from sweep_wgrad_cl import _buffers
@@ -124,7 +130,7 @@ def _sweep(args: argparse.Namespace, c: int, k: int, hw: int) -> None:
     have = dev.info.extra.get("local_mem", 48 * 1024)
     start, seen = time.perf_counter(), set()
     for parts in args.parts:
-        for sp in _products(args.device, c, k, hw, args.pad, args.batch, parts):
+        for sp in _products(args.device, c, k, hw, args.pad, args.batch, parts, args.sweep_mode):
             if sp in seen:
                 continue
             seen.add(sp)
@@ -163,6 +169,8 @@ def main() -> None:
     ap.add_argument("--layer", default="64x192x27", help="CxKxHW of the 5x5 layer (padding 2)")
     ap.add_argument("--pad", type=int, default=2)
     ap.add_argument("--sweep", action="store_true", help="time the F(2,5) products alone under tiles and chunks")
+    ap.add_argument("--sweep-mode", default="2", choices=("2", "4"), help="--sweep: F(2,5) or F(4,5) products")
+    ap.add_argument("--modes", default="off,2,4", help="PLAIT_WINOGRAD_CL values to time (comma-separated)")
     ap.add_argument("--parts", nargs="*", type=int, default=[10], help="--sweep: weight-gradient K chunk counts")
     ap.add_argument("--seconds", type=float, default=150.0, help="--sweep: stop starting new products after this")
     args = ap.parse_args()
@@ -173,7 +181,7 @@ def main() -> None:
     print(f"5x5 layer {c} -> {k} at {hw}x{hw}, padding {args.pad}, batch {args.batch}; median of {args.reps} (ms)")
     print("| part | mode | kernel time | kernels | max error / max |")
     print("|---|---|---|---|---|")
-    for mode in ("off", "2"):
+    for mode in args.modes.split(","):
         nodes, inputs, data = _graphs(args.device, c, k, hw, args.pad, args.batch, mode)
         refs = _reference(*data, args.pad)
         for name, node, ref in zip(("forward", "input gradient", "weight gradient"), nodes, refs, strict=True):

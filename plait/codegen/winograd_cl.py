@@ -67,6 +67,44 @@ TRANSFORMS = {3: winograd_c.TRANSFORMS[2], 5: F25}  # (B^T, G, A^T) by filter si
 # F(4, 3) (a plan's `m` = 4): 4x4 outputs per 6x6 input tile, 36 products instead of 144, V and M 2.25x the image and
 # the output (F(2, 3)'s are 4x); the matrices are the cpu's (points 0, +-1, +-2, infinity)
 F43 = winograd_c.TRANSFORMS[4]
+# F(4, 5) (a plan's `m` = 4 with r = 5): Cook-Toom points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity, 8x8 input tiles, 64
+# products per 4x4 outputs instead of 400: 0.44x F(2, 5)'s products and V and M (which hold 4x the image and the
+# output instead of 9x). A^T evaluates at the points, G carries the Lagrange denominators (as F(2, 5)'s) and B^T
+# solves the bilinear identity; tests/unit/test_winograd_f25.py derives all three again and checks them exactly.
+F45: tuple[winograd_c._Mat, winograd_c._Mat, winograd_c._Mat] = (
+    winograd_c._mat(
+        [
+            [-1, 0, "21/4", 0, "-21/4", 0, 1, 0],
+            [0, 1, 1, "-17/4", "-17/4", 1, 1, 0],
+            [0, -1, 1, "17/4", "-17/4", -1, 1, 0],
+            [0, "1/2", "1/4", "-5/2", "-5/4", 2, 1, 0],
+            [0, "-1/2", "1/4", "5/2", "-5/4", -2, 1, 0],
+            [0, 2, 4, "-5/2", -5, "1/2", 1, 0],
+            [0, -2, 4, "5/2", -5, "-1/2", 1, 0],
+            [0, -1, 0, "21/4", 0, "-21/4", 0, 1],
+        ]
+    ),
+    winograd_c._mat(
+        [
+            [-1, 0, 0, 0, 0],
+            ["-2/9", "-2/9", "-2/9", "-2/9", "-2/9"],
+            ["-2/9", "2/9", "-2/9", "2/9", "-2/9"],
+            ["1/90", "1/45", "2/45", "4/45", "8/45"],
+            ["1/90", "-1/45", "2/45", "-4/45", "8/45"],
+            ["32/45", "16/45", "8/45", "4/45", "2/45"],
+            ["32/45", "-16/45", "8/45", "-4/45", "2/45"],
+            [0, 0, 0, 0, 1],
+        ]
+    ),
+    winograd_c._mat(
+        [
+            [1, 1, 1, 1, 1, 1, 1, 0],
+            [0, 1, -1, 2, -2, "1/2", "-1/2", 0],
+            [0, 1, 1, 4, 4, "1/4", "1/4", 0],
+            [0, 1, -1, 8, -8, "1/8", "-1/8", 1],
+        ]
+    ),
+)
 MIN_CHANNELS = 128  # 'auto': fewer input or output channels stay on the implicit GEMM (transform traffic ~ 1/C)
 MIN_TILES = 1024  # 'auto': fewest tiles (images x tile rows x tile columns); resnet's 7x7 layers at batch 64 have 1024
 # 'auto' at batch 1: 56x56 outputs and up, or 28x28 with 512 channels (vgg16's layers from 112x112 to 28x28: its b1
@@ -94,6 +132,9 @@ LOCAL = 128  # work-items per work-group of the transform kernels
 R5_AUTO = True
 R5_MIN_CHANNELS = 64
 R5_MIN_TILES = 4096
+# 5x5 forwards and input gradients that 'auto' gives Winograd run as F(4, 5); weight gradients stay F(2, 5), so a
+# training forward on F(4, 5) makes its own V.
+R45_AUTO = True
 
 
 @dataclass(frozen=True)
@@ -117,7 +158,7 @@ class WinogradCLPlan:
     pad: int = 4  # V's tile columns are padded to a multiple of this (float4 loads; whole K chunks for `wgrad_plan`)
     parts: int = 1  # K chunks of a weight gradient's alpha^2 products over the tiles (`wgrad_plan`)
     r: int = 3  # filter taps r x r: F(m, r) with alpha x alpha input tiles
-    m: int = 2  # m x m outputs per tile: 2, or 4 (F(4, 3), 3x3 taps only)
+    m: int = 2  # m x m outputs per tile: 2, or 4 (F(4, 3) and F(4, 5))
 
     @property
     def alpha(self) -> int:
@@ -126,7 +167,9 @@ class WinogradCLPlan:
     @property
     def mats(self) -> tuple[winograd_c._Mat, winograd_c._Mat, winograd_c._Mat]:
         """(B^T, G, A^T) of F(m, r)."""
-        return F43 if self.m == 4 else TRANSFORMS[self.r]
+        if self.m == 4:
+            return F45 if self.r == 5 else F43
+        return TRANSFORMS[self.r]
 
     @property
     def xis(self) -> int:
@@ -180,8 +223,8 @@ def pick(spec: Any) -> WinogradCLPlan | None:
 
     PLAIT_WINOGRAD_CL: 'auto' (the default) 3x3 ones as F(4, 3) where `_auto43` says, else as F(2, 3) with at least
     MIN_CHANNELS input and output channels and MIN_TILES tiles (for one image: MIN_TILES_ONE_IMAGE, or
-    MIN_TILES_ONE_IMAGE_WIDE with WIDE channels), and 5x5 ones as `_auto5` says; 'off' never; '2' every eligible
-    convolution; '4' every eligible one too, the 3x3 ones as F(4, 3)."""
+    MIN_TILES_ONE_IMAGE_WIDE with WIDE channels), and 5x5 ones where `_auto5` says, as F(4, 5) with R45_AUTO; 'off'
+    never; '2' every eligible convolution as F(2, r); '4' every eligible one as F(4, r)."""
     fold = _folded(spec)
     r = fold or _taps(spec)
     if not r or (not fold and spec.inner not in (1, spec.batch)):
@@ -198,7 +241,9 @@ def pick(spec: Any) -> WinogradCLPlan | None:
     if mode == "off":
         return None
     if r == 5:
-        return plan if mode in ("2", "4") or _auto5(win.c, spec.m, plan.tiles) else None
+        if not (mode in ("2", "4") or _auto5(win.c, spec.m, plan.tiles)):
+            return None
+        return replace(plan, m=4) if mode == "4" or (mode == "auto" and R45_AUTO) else plan
     f43 = replace(plan, m=4)
     if mode == "4" or (mode == "auto" and _auto43(win.c, spec.m, f43.tiles)):
         return f43
@@ -413,9 +458,10 @@ def _sandwich(mat: winograd_c._Mat, src: list[list[str]], tmp: str) -> tuple[str
 
 
 def _stem(base: str, p: WinogradCLPlan) -> str:
-    """A kernel's name stem: F(2, 3)'s as it always was, F(2, 5)'s with an R5 suffix, F(4, 3)'s with its 2 (the
-    output tile edge) made 4."""
-    return base.replace("2", str(p.m), 1) if p.r == 3 else f"{base}R5"
+    """A kernel's name stem: F(2, 3)'s as it always was, F(2, 5)'s with an R5 suffix, F(4, 3)'s and F(4, 5)'s with
+    their 2 (the output tile edge) made 4."""
+    stem = base.replace("2", str(p.m), 1)
+    return stem if p.r == 3 else f"{stem}R5"
 
 
 def _grid(cols: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -1,11 +1,13 @@
-"""Winograd F(2,5) for 5x5 stride-1 convolutions on OpenCL (plait/codegen/winograd_cl.py with r = 5: 6x6 input
-tiles, 36 products per 2x2 outputs) against PyTorch in float64: the forward with a fused epilogue, the training
-convolution's forward (batch folded), input gradient (a 5x5 convolution of dy with the flipped weight, which takes
-the same path) and weight gradient, and the per-layer choice of PLAIT_WINOGRAD_CL.
+"""Winograd F(2,5) and F(4,5) for 5x5 stride-1 convolutions on OpenCL (plait/codegen/winograd_cl.py with r = 5:
+6x6 input tiles and 36 products per 2x2 outputs, or 8x8 tiles and 64 products per 4x4 outputs) against PyTorch in
+float64: the forward with a fused epilogue, the training convolution's forward (batch folded), input gradient (a 5x5
+convolution of dy with the flipped weight, which takes the same path) and weight gradient (always F(2,5)), and the
+per-layer choice of PLAIT_WINOGRAD_CL.
 
 Tolerance: F(2,5)'s transforms mix up to 6 inputs with coefficients up to 5 (B^T) and 2/3 (G), so FP32 rounding
 grows past F(2,3)'s: within TOL times the largest magnitude of the float64 reference (the direct product meets
-about 1e-6 of it on the same data, F(2,5) a few times that)."""
+about 1e-6 of it on the same data, F(2,5) a few times that; F(4,5)'s coefficients reach 21/4 (B^T), 32/45 (G) and
+8 (A^T), about 1.4x F(2,5)'s rounding on alexnet's layer)."""
 
 from __future__ import annotations
 
@@ -45,43 +47,49 @@ def _check(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
+@pytest.mark.parametrize("m", [2, 4])
 @pytest.mark.parametrize(
     "geo",
     [(2, 6, 12, 9, 11, 2), (1, 5, 7, 8, 8, 0), (3, 4, 9, 7, 6, 1)],  # n, c, k, h, w, padding
     ids=lambda g: "x".join(map(str, g)),
 )
-def test_f25_forward_matches_torch(device: str, geo: tuple[int, ...]) -> None:
-    """Tiles cut by both edges, padding 0 to 2, bias and ReLU in the output transform."""
+def test_f25_forward_matches_torch(device: str, m: int, geo: tuple[int, ...]) -> None:
+    """F(m,5) (PLAIT_WINOGRAD_CL=m): tiles cut by both edges, padding 0 to 2, bias and ReLU in the output
+    transform."""
     n, c, k, h, w, pad = geo
     x, wt, b, _ = _data(n, c, k, h, w, pad)
     weight, bias = plait.tensor(wt, device=device), plait.tensor(b, device=device)
-    with settings.override(PLAIT_WINOGRAD_CL="2"):
+    with settings.override(PLAIT_WINOGRAD_CL=str(m)):
         f = plait.jit(lambda t: F.conv2d(t, weight, bias, padding=pad).relu(), device=device)
         plan, _ = f.plan_for([x])
     kinds = [kern.name.split("_")[0] for kern in plan.kernels]
-    assert kinds[0] == "WINOIN2R5" and kinds[2] == "WINOOUT2R5" and len(kinds) == 3, kinds
+    assert kinds[0] == f"WINOIN{m}R5" and kinds[2] == f"WINOOUT{m}R5" and len(kinds) == 3, kinds
     t = [torch.tensor(v, dtype=torch.float64) for v in (x, wt, b)]
-    _check(f(x), torch.relu(torch.nn.functional.conv2d(*t, padding=pad)).numpy(), f"F(2,5) {geo}")
+    _check(f(x), torch.relu(torch.nn.functional.conv2d(*t, padding=pad)).numpy(), f"F({m},5) {geo}")
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
-@pytest.mark.parametrize("pad", [2, 1])
-def test_f25_training_gradients_match_torch(device: str, pad: int) -> None:
-    """The training convolution's output, input gradient and weight gradient, all three by F(2,5) in one plan (16
-    output channels: the forward folds the batch into its columns, as in a training step)."""
+@pytest.mark.parametrize(("m", "pad"), [(2, 2), (2, 1), (4, 2), (4, 1)])
+def test_f25_training_gradients_match_torch(device: str, m: int, pad: int) -> None:
+    """The training convolution's output, input gradient and weight gradient in one plan (16 output channels: the
+    forward folds the batch into its columns, as in a training step): the forward and input gradient by F(m,5), the
+    weight gradient by F(2,5). With m = 2 the forward takes the weight gradient's input transform; F(4,5)'s forward
+    makes its own."""
     n, c, k, h, w = 2, 6, 16, 9, 8
     xa, wa, _, ga = _data(n, c, k, h, w, pad, seed=3)
     x = plait.tensor(xa, device=device, requires_grad=True)
     wt = plait.tensor(wa, device=device, requires_grad=True)
-    with settings.override(PLAIT_WINOGRAD_CL="2"):
+    with settings.override(PLAIT_WINOGRAD_CL=str(m)):
         out = F.conv2d(x, wt, padding=pad)
         loss = (out * plait.tensor(ga, device=device)).sum()
         seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
         grads = autodiff.gradients(loss.node, seed, [x.node, wt.node])
         plan = Plan([out.node, grads[x.node.uid], grads[wt.node.uid]])
     names = [kern.name.split("_")[0] for kern in plan.kernels]
-    assert names.count("WINOIN2R5") == 2 and "WINODY2R5" in names and "WINOWG2R5" in names, names
-    assert "WINOOUT2FR5" in names and "WINOOUT2R5" in names, names  # folded forward, then the input gradient
+    ins = {"WINOIN2R5": 2} if m == 2 else {"WINOIN2R5": 1, "WINOIN4R5": 2}  # F(4,5): the forward's own V and dx's
+    assert {v: names.count(v) for v in names if v.startswith("WINOIN")} == ins, names
+    assert "WINODY2R5" in names and "WINOWG2R5" in names, names
+    assert f"WINOOUT{m}FR5" in names and f"WINOOUT{m}R5" in names, names  # folded forward, then the input gradient
     got_out, got_dx, got_dw = plan()
     xr = torch.tensor(xa, dtype=torch.float64, requires_grad=True)
     wr = torch.tensor(wa, dtype=torch.float64, requires_grad=True)
@@ -118,23 +126,27 @@ def test_f25_auto_choice(geo: tuple[int, ...], stride: int, forward: bool, wgrad
         wplan = winograd_cl.wgrad_plan(Window(n, c, h, w, 5, 5, stride, stride, 2, 2), k)
     assert (plan is not None) == (forward and winograd_cl.R5_AUTO)
     assert (wplan is not None) == (wgrad and winograd_cl.R5_AUTO)
-    if plan is not None:
-        assert (plan.r, plan.alpha, plan.xis) == (5, 6, 36) and (wplan is None or wplan.r == 5)
+    if plan is not None:  # the forward and input gradient F(4,5) with R45_AUTO, the weight gradient F(2,5)
+        m = 4 if winograd_cl.R45_AUTO else 2
+        assert (plan.r, plan.m, plan.alpha, plan.xis) == (5, m, m + 4, (m + 4) ** 2)
+        assert wplan is None or (wplan.r, wplan.m) == (5, 2)
         g = plan.gemm_spec()
-        assert (g.batch, g.m, g.k) == (36, k, c) and g.n >= n * 14 * 14
+        assert (g.batch, g.m, g.k) == ((m + 4) ** 2, k, c) and g.n >= n * -((-27 // m) ** 2)
     with settings.override(PLAIT_WINOGRAD_CL="off"):
         assert winograd_cl.pick(_spec(*geo, stride=stride)) is None
 
 
 def test_f25_auto_takes_the_training_forward() -> None:
-    """A training step's forward of alexnet's 5x5 layer (the batch folded into the product's columns, its V shared
-    with the weight gradient) runs F(2,5) under 'auto'."""
+    """A training step's forward of alexnet's 5x5 layer (the batch folded into the product's columns) runs Winograd
+    under 'auto': F(4,5) (3136 tiles) with R45_AUTO, else F(2,5) (12544 tiles, its V shared with the weight
+    gradient)."""
     win = dataclasses.replace(Window(64, 64, 27, 27, 5, 5, 1, 1, 2, 2), fold=True)
     spec = GemmSpec(1, 192, 64 * 729, 64 * 25, (0, 0, 64 * 25, 1), (0, 0, 0, 0), 1, 0, 0, win)
     with settings.override(PLAIT_WINOGRAD_CL="auto"):
         plan = winograd_cl.pick(spec)
     assert (plan is not None) == winograd_cl.R5_AUTO
-    assert plan is None or (plan.fold, plan.r, plan.tiles) == (True, 5, 12544)
+    want = (True, 5, 4, 3136) if winograd_cl.R45_AUTO else (True, 5, 2, 12544)
+    assert plan is None or (plan.fold, plan.r, plan.m, plan.tiles) == want
 
 
 def test_f25_weight_gradient_chunks() -> None:
@@ -159,7 +171,7 @@ def test_f25_product_tiles() -> None:
 
     win = dataclasses.replace(Window(64, 64, 27, 27, 5, 5, 1, 1, 2, 2), fold=True)
     fold = GemmSpec(1, 192, 64 * 729, 64 * 25, (0, 0, 64 * 25, 1), (0, 0, 0, 0), 1, 0, 0, win)
-    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
         fwd, dgrad = winograd_cl.pick(fold), winograd_cl.pick(_spec(64, 192, 64, 27, 27))
     assert fwd is not None and dgrad is not None
     fwd_spec = dataclasses.replace(fwd, pad=320).gemm_spec()
