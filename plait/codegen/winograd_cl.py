@@ -377,12 +377,26 @@ def _wgrad_layout(spec: gemm.GemmSpec) -> bool:
 R5_PRODUCT_MIN_COLUMNS = 1024
 R5_RAGGED_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}  # rows pad 128-row tiles
 R5_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2}  # 64 rows
+# F(4, 3)'s 36 products have the same layout. H100, batch 64, 3xTF32 (bench_winograd43_cl.py --sweep, docs/benchmarks.md
+# "F(4,3) follow-ups"): 64 rows over K 64 (64 -> 64 layers; vgg16's conv1_2 36x64x200704x64, resnet's 36x64x12544x64)
+# ran 2.140 / 0.148 ms in 64x64 tiles with BK 32 and KS 2 against 2.427 / 0.169 in R5_NARROW_KNOBS, which stay best for
+# alexnet's K 192; whole 128-row tiles over K <= 256 that make under F43_FEW_TILES 128x128 tiles (resnet b64's 128 at
+# 28x28, 36x128x3136x128: 900 tiles; 256 at 14x14, 36x256x1024x256: 576) 0.127 / 0.141 ms in 128x64 tiles against
+# 0.149 / 0.157 in the generic rule's eight-warp 128x128 ones; deeper K (512 at 14x14: 0.480 generic) and more tiles
+# (vgg16's, resnet's 256 at 56x56) keep the generic rule, which led there. Batch 1 (under F43_NARROW_MIN_COLUMNS or
+# R5_PRODUCT_MIN_COLUMNS columns) was not swept and keeps the rules above.
+F43_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
+F43_NARROW_MIN_COLUMNS = 12544
+F43_FEW_TILES = 1024
+F43_FEW_KNOBS = {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32}
 
 
 def product_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
-    """Tiles for the batched product of an F(2, 5) convolution (`WinogradCLPlan.gemm_spec` with 36 products: U
-    (36, K, C) and V (36, C, T) contiguous, at least R5_PRODUCT_MIN_COLUMNS tile columns): R5_NARROW_KNOBS for 64
-    rows, R5_RAGGED_KNOBS for rows that 128-row tiles pad, else None (the generic tile rule)."""
+    """Tiles for the batched product of an F(2, 5) or F(4, 3) convolution (`WinogradCLPlan.gemm_spec` with 36
+    products: U (36, K, C) and V (36, C, T) contiguous, at least R5_PRODUCT_MIN_COLUMNS tile columns): for 64 rows
+    F43_NARROW_KNOBS over K 64 and F43_NARROW_MIN_COLUMNS columns, else R5_NARROW_KNOBS; R5_RAGGED_KNOBS for rows that
+    128-row tiles pad; F43_FEW_KNOBS for K <= 256 and under F43_FEW_TILES 128x128 tiles; else None (the generic tile
+    rule)."""
     if spec.batch != (2 + 5 - 1) ** 2 or spec.inner != 1 or spec.n < R5_PRODUCT_MIN_COLUMNS or spec.n % 4:
         return None
     if spec.conv is not None or spec.conv_t is not None or spec.a_nchw is not None:
@@ -391,8 +405,10 @@ def product_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
     if spec.a != (0, m * k, k, 1) or spec.b != (0, k * n, n, 1):
         return None
     if m == 64:
-        return dict(R5_NARROW_KNOBS)
-    return dict(R5_RAGGED_KNOBS) if m % 128 else None
+        return dict(F43_NARROW_KNOBS if k == 64 and n >= F43_NARROW_MIN_COLUMNS else R5_NARROW_KNOBS)
+    if m % 128:
+        return dict(R5_RAGGED_KNOBS)
+    return dict(F43_FEW_KNOBS) if k <= 256 and spec.batch * (m // 128) * -(-n // 128) < F43_FEW_TILES else None
 
 
 def _chunk(tiles: int, parts: int) -> int:

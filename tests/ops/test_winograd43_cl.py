@@ -125,6 +125,33 @@ def test_f43_auto_choice(geo, m):
         assert (g.batch, g.m, g.k) == ((m + 2) ** 2, k, c) and g.n >= n * -(-h // m) * -(-w // m) and g.n % 4 == 0
 
 
+@pytest.mark.parametrize(
+    ("geo", "knobs"),
+    [
+        ((64, 64, 64, 224, 224), winograd_cl.F43_NARROW_KNOBS),  # vgg16's conv1_2 at batch 64: 36x64x200704x64
+        ((64, 64, 64, 56, 56), winograd_cl.F43_NARROW_KNOBS),  # resnet's first stage: 36x64x12544x64
+        ((1, 64, 64, 224, 224), winograd_cl.R5_NARROW_KNOBS),  # batch 1: 3136 columns, not swept
+        ((64, 128, 128, 28, 28), winograd_cl.F43_FEW_KNOBS),  # 36x128x3136x128: 900 128x128 tiles
+        ((64, 256, 256, 14, 14), winograd_cl.F43_FEW_KNOBS),  # 36x256x1024x256: 576 tiles
+        ((64, 512, 512, 14, 14), None),  # K 512: the generic rule
+        ((64, 256, 256, 56, 56), None),  # 7056 tiles: the generic rule
+    ],
+)
+def test_f43_product_tiles(geo, knobs):
+    """F(4,3)'s 36 products take winograd_cl.product_knobs' F(4,3) tiles where the sweep found them faster: 64 rows
+    over K 64 the 64x64 BK 32 KS 2 tiles at batch 64, few 128x128 tiles over K <= 256 the 128x64 ones; the tensor-core
+    heuristic asks product_knobs first."""
+    from plait.tune import _tc_heuristic
+
+    with settings.override(PLAIT_WINOGRAD_CL="4"):
+        plan = winograd_cl.pick(_spec(*geo))
+    assert plan is not None and plan.m == 4
+    g = plan.gemm_spec()
+    assert winograd_cl.product_knobs(g) == knobs
+    if knobs is not None:
+        assert _tc_heuristic(g) == knobs
+
+
 @pytest.mark.parametrize("device", CL_DEVICES)
 def test_f43_forward_with_f23_weight_gradient_in_one_plan(device):
     """In one plan, an F(4,3) forward cannot take the F(2,3) weight gradient's input tiles (6x6 against 4x4), so it
