@@ -8,11 +8,14 @@ one kernel source per request and sends the program binary back. The driver's bi
 loads at no cost only where the driver's own JIT cache (on by default; off with CUDA_CACHE_DISABLE=1) kept the
 machine code the worker made, so the workers are used only there (`workers_help`).
 
-Workers start when a plan has enough kernels to build and stop when they are built: each holds a device context.
+Workers start when a plan has enough kernels to build and stay for IDLE_SECONDS after their last build, so the later
+plans of one first call (a training step's eager backward and update realize their own plans a second or two after
+the forward's) reuse them instead of each paying the start again; then they stop, since each holds a device context.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import struct
@@ -23,6 +26,7 @@ from typing import Any
 
 MIN_KERNELS = 8  # fewer uncached kernels build in-process: starting workers costs about a second
 KERNELS_PER_WORKER = 3  # at least this many kernels per worker started, so each start pays for itself
+IDLE_SECONDS = 5.0  # a pool with no build for this long stops: long enough to span the plans of one first call
 
 # The worker: select the device by platform and device index, then answer requests on stdin/stdout. A request is a
 # length-prefixed UTF-8 source; a reply is a status byte (0: binary follows, 1: build log follows) and a
@@ -75,15 +79,15 @@ def _read(stream: Any, n: int) -> bytes:
     return bytes(data)
 
 
-def _serve(proc: subprocess.Popen[bytes], jobs: queue.Queue[tuple[int, str]], results: dict[int, bytes]) -> None:
-    """Feed one worker jobs until none are left; a worker that dies leaves its jobs' results unset."""
+def _serve(proc: subprocess.Popen[bytes], jobs: queue.Queue[tuple[int, str]], results: dict[int, bytes]) -> bool:
+    """Feed one worker jobs until none are left; False when the worker died (its job's result stays unset)."""
     assert proc.stdin is not None and proc.stdout is not None
     try:
         while True:
             try:
                 i, src = jobs.get_nowait()
             except queue.Empty:
-                return
+                return True
             data = src.encode()
             proc.stdin.write(struct.pack("<I", len(data)) + data)
             proc.stdin.flush()
@@ -92,7 +96,87 @@ def _serve(proc: subprocess.Popen[bytes], jobs: queue.Queue[tuple[int, str]], re
             if status == 0 and payload:
                 results[i] = payload
     except (OSError, EOFError):
-        return
+        return False
+
+
+class _Pool:
+    """The worker processes of one device, kept between builds until IDLE_SECONDS pass without one. `busy` holds a
+    build's whole exchange (a worker serves one request at a time); `_lock` guards the process list and timer."""
+
+    def __init__(self, plat: int, index: int):
+        self.cmd = [sys.executable, "-c", _WORKER, str(plat), str(index)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.busy = threading.Lock()
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def take(self, count: int) -> list[subprocess.Popen[bytes]]:
+        """The pool's live workers, started up to `count` where it has fewer, with the idle timer stopped until
+        `release`."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self.procs = [p for p in self.procs if p.poll() is None]
+            while len(self.procs) < count:
+                self.procs.append(
+                    subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                )
+            return list(self.procs)
+
+    def release(self, failed: set[int]) -> None:
+        """After a build: workers whose exchange failed (index into the list `take` gave) stop now, the rest after
+        IDLE_SECONDS without another build."""
+        with self._lock:
+            for i in sorted(failed, reverse=True):
+                _stop(self.procs.pop(i))
+            self._timer = threading.Timer(IDLE_SECONDS, self.close)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def close(self) -> None:
+        """Stop every worker (idle timer, process exit); a build in progress keeps its workers until it ends."""
+        if not self.busy.acquire(blocking=False):
+            return  # a build took the pool just as the timer fired; its release sets a new timer
+        try:
+            with self._lock:
+                procs, self.procs = self.procs, []
+            for p in procs:
+                _stop(p)
+        finally:
+            self.busy.release()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a worker: closing its stdin ends its request loop; one that does not exit in time is killed."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+_pools: dict[tuple[int, int, int], _Pool] = {}  # (process id, platform, device index): a forked child starts its own
+_pools_lock = threading.Lock()
+
+
+def _pool(plat: int, index: int) -> _Pool:
+    with _pools_lock:
+        key = (os.getpid(), plat, index)
+        if key not in _pools:
+            _pools[key] = _Pool(plat, index)
+        return _pools[key]
+
+
+@atexit.register
+def _close_all() -> None:
+    for key, pool in list(_pools.items()):
+        if key[0] == os.getpid():
+            pool.close()
 
 
 def build_binaries(dev: Any, sources: list[str], workers: int | None = None) -> dict[int, bytes]:
@@ -101,33 +185,23 @@ def build_binaries(dev: Any, sources: list[str], workers: int | None = None) -> 
     the compiler's error names the kernel."""
     if not sources:
         return {}
-    plat, index = device_index(dev)
+    pool = _pool(*device_index(dev))
     count = workers or min(os.cpu_count() or 1, -(-len(sources) // KERNELS_PER_WORKER))
     jobs: queue.Queue[tuple[int, str]] = queue.Queue()
     for i in sorted(range(len(sources)), key=lambda i: -len(sources[i])):  # longest first: better balance
         jobs.put((i, sources[i]))
     results: dict[int, bytes] = {}
-    cmd = [sys.executable, "-c", _WORKER, str(plat), str(index)]
-    procs = [
-        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        for _ in range(count)
-    ]
-    threads = [threading.Thread(target=_serve, args=(p, jobs, results), daemon=True) for p in procs]
-    try:
+    with pool.busy:
+        procs = pool.take(count)
+        ok = [False] * len(procs)
+
+        def serve(i: int) -> None:
+            ok[i] = _serve(procs[i], jobs, results)
+
+        threads = [threading.Thread(target=serve, args=(i,), daemon=True) for i in range(len(procs))]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    finally:
-        for p in procs:
-            if p.stdin is not None:
-                p.stdin.close()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            if p.stdout is not None:
-                p.stdout.close()
+        pool.release({i for i, good in enumerate(ok) if not good})
     return results

@@ -12,6 +12,7 @@ import pytest
 from plait import settings
 from plait.errors import CompileError
 from plait.runtime import cache, get_device, opencl_build
+from plait.runtime.opencl import CLProgram
 from tests.conftest import DEVICES
 
 CL_DEVICES = [d for d in DEVICES if d.startswith("opencl")]
@@ -49,3 +50,31 @@ def test_compile_batch_through_workers(cl_device: str, tmp_path: object, monkeyp
         assert cache.get("opencl", dev._key(good[0])) is not None  # type: ignore[attr-defined]  # a worker built it
         prog = dev.compile(*good)  # loads the worker's binary into this process's context
         np.testing.assert_array_equal(_run(dev, prog, x), -3.5 * x)
+
+
+@pytest.mark.parametrize("cl_device", CL_DEVICES)
+def test_workers_stay_between_builds(cl_device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second build soon after the first reuses its worker processes (a first call's later plans pay no start);
+    after IDLE_SECONDS without a build the workers exit; a build after that starts new ones and is still right."""
+    dev = get_device(cl_device)
+    monkeypatch.setattr(opencl_build, "IDLE_SECONDS", 60.0)
+    pool = opencl_build._pool(*opencl_build.device_index(dev.dev))  # type: ignore[attr-defined]
+    pool.close()
+    kernels = [_scale_kernel(f) for f in (2.0, -0.5, 4.0)]
+    x = np.linspace(-1, 1, 16, dtype=np.float32)
+    first = opencl_build.build_binaries(dev.dev, [kernels[0][0]], workers=2)  # type: ignore[attr-defined]
+    started = [p.pid for p in pool.procs]
+    second = opencl_build.build_binaries(dev.dev, [kernels[1][0]], workers=1)  # type: ignore[attr-defined]
+    assert len(started) == 2 and [p.pid for p in pool.procs] == started
+    assert set(first) == set(second) == {0}
+    procs = list(pool.procs)
+    monkeypatch.setattr(opencl_build, "IDLE_SECONDS", 0.05)
+    third = opencl_build.build_binaries(dev.dev, [kernels[2][0]], workers=1)  # type: ignore[attr-defined]
+    for p in procs:
+        assert p.wait(timeout=20) == 0  # the idle timer closed their stdin and they left their loop
+    assert pool.procs == []
+    import pyopencl as cl
+
+    for (_, name), binary, f in zip(kernels, (first[0], second[0], third[0]), (2.0, -0.5, 4.0), strict=True):
+        prog = cl.Program(dev.ctx, [dev.dev], [binary]).build()  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(_run(dev, CLProgram(dev, getattr(prog, name)), x), np.float32(f) * x)
