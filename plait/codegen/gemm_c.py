@@ -1185,6 +1185,15 @@ static void plait_dc_band(const float* x, const plait_win* g, int cin, int y0, i
     }
 }
 
+/* Output rows per task (at most br): as many tasks per image as the team's threads share evenly where the batch
+   alone does not (alexnet's 55 rows in bands of 8 gave one of two threads 32 rows and the other 23). */
+static int plait_dc_rows(long batch, int oh, int br) {
+  int nth = omp_get_num_threads();
+  long per = (oh + br - 1) / br;
+  if (batch * per % nth) per = (per + nth - 1) / nth * nth;
+  return (int)((oh + per - 1) / per);
+}
+
 /* C[bz] (m x n, n = oh * ow) = the convolution of image bz (cin = k / (kh * kw) channels) with A's rows, as tasks of
    DIRECT_ROWS output rows of one image: each task splits its band of input rows once (plait_dc_band), packs the
    weights in blocks of 8 channels, and runs every 3 vectors of 16 output pixels against every channel block. epi runs
@@ -1196,7 +1205,8 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
   int ow = g->ow, oh = n / ow, vpr = (ow + 15) / 16, kk = g->kh * g->kw, cin = k / kk, sw = g->sw;
   int R = (BR - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = vpr * 16 + (g->kw - 1) * g->dw / sw;
   int mb = (m + 7) / 8;
-  long bands = (oh + BR - 1) / BR;
+  int br = plait_dc_rows(batch, oh, BR);
+  long bands = (oh + br - 1) / br;
   size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)mb * 8 * k;
   /* every thread of the team packs the weights once per call, again only when a task's weights differ (groups):
      packed per task, their transposing copy took 6% of alexnet's stem */
@@ -1211,7 +1221,7 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
 #pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * bands; task++) {
     long bz = task / bands;
-    int oy0 = (int)(task % bands) * BR, rows = oh - oy0 < BR ? oh - oy0 : BR;
+    int oy0 = (int)(task % bands) * br, rows = oh - oy0 < br ? oh - oy0 : br;
     const float* a = A + bz / inner * sab + bz % inner * sai;
     const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)m * n;
@@ -1249,6 +1259,138 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
 //@shared-end
 """.replace("@ROWS@", str(DIRECT_ROWS))
 
+# The lanes form of the direct kernel puts output channels across the vector lanes instead of output pixels: each
+# patch element loads CV vectors of weights and broadcasts the input of PX consecutive output pixels of one row, so
+# no lane idles on a row's last partial vector (alexnet's 55-wide rows left 14% of them idle) and every input value
+# feeds CV multiply-adds. Its tile is written to C's NCHW planes transposed (pixel-major in registers).
+DIRECT_LANES = """//@shared-begin plait_conv_dlanes_@CV@x@PX@
+/* CV vectors of 16 output channels (w: CV * 16 weights per patch element, channel-minor) times PX consecutive output
+   pixels of one row, pixel j reading the band at src[koff[p] + j]; channel vector c of pixel j goes to
+   o[c * cs + j * 16] (a row tile of 16-channel groups, pixel-major). */
+static inline __attribute__((always_inline)) void plait_dl_micro_@CV@x@PX@(int k, const int* restrict koff,
+                                                                     const float* restrict src,
+                                                                     const float* restrict w, float* restrict o,
+                                                                     long cs) {
+  enum { CV = @CV@, PX = @PX@ };
+  plait_v16 acc[PX][CV];
+#pragma GCC unroll 32
+  for (int j = 0; j < PX; j++)
+#pragma GCC unroll 4
+    for (int c = 0; c < CV; c++) acc[j][c] = (plait_v16){0};
+  for (int p = 0; p < k; p++) {
+    const float* s = src + koff[p];
+    const plait_v16* wp = (const plait_v16*)(w + (long)p * CV * 16);
+    plait_v16 wv[CV];
+#pragma GCC unroll 4
+    for (int c = 0; c < CV; c++) wv[c] = wp[c];
+#pragma GCC unroll 32
+    for (int j = 0; j < PX; j++) {
+      float xj = s[j];
+#pragma GCC unroll 4
+      for (int c = 0; c < CV; c++) acc[j][c] += wv[c] * xj;
+    }
+  }
+#pragma GCC unroll 32
+  for (int j = 0; j < PX; j++)
+#pragma GCC unroll 4
+    for (int c = 0; c < CV; c++) *(plait_v16*)(o + c * cs + j * 16) = acc[j][c];
+}
+
+/* C's rows i0 .. i0 + 15 at columns j0 .. j0 + nj - 1 (stride n) = the 16 x 16 block t (16 pixels of 16 channels,
+   pixel-major) transposed in registers: four rounds of two-source shuffles, round s swapping the off-diagonal
+   s x s blocks of every 2s x 2s block. */
+static inline void plait_dl_store16(const float* restrict t, float* restrict d, long n, int nj) {
+  typedef int plait_i16 __attribute__((vector_size(64)));
+  /* round s: lo[j] = bit s of j clear ? j : 16 + j - s; hi[j] = bit s of j clear ? j + s : 16 + j */
+  static const plait_i16 lo[4] = {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+                                  {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+                                  {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+                                  {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}};
+  static const plait_i16 hi[4] = {{1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31},
+                                  {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+                                  {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+                                  {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}};
+  plait_v16 r[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) r[i] = *(const plait_v16*)(t + i * 16);
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; q++) {
+    int s = 1 << q;
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+      if (!(i & s)) {
+        plait_v16 a = r[i], b = r[i + s];
+        r[i] = __builtin_shuffle(a, b, lo[q]);
+        r[i + s] = __builtin_shuffle(a, b, hi[q]);
+      }
+  }
+  if (nj == 16) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) *(plait_v16*)(d + i * n) = r[i];
+  } else
+    for (int i = 0; i < 16; i++) memcpy(d + i * n, &r[i], sizeof(float) * (size_t)nj);
+}
+
+/* plait_conv_direct's contract with m a multiple of CV * 16: tasks of DIRECT_ROWS output rows of one image split
+   their band of input rows once (plait_dc_band, rows of T >= whole pixel groups); every PX pixels of an output row
+   run against every block of CV * 16 channels into a row tile (TW pixels per 16-channel group), which is then
+   written to C's planes transposed 16 x 16 at a time. */
+static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* A, long sab,
+                                      long sai, long sam, const float* X, long sxb, long sxi, const plait_win* g,
+                                      float* C, plait_epi_fn epi, void* const* extra) {
+  enum { BR = @ROWS@, CV = @CV@, PX = @PX@, CW = CV * 16 };
+  int ow = g->ow, oh = n / ow, kk = g->kh * g->kw, cin = k / kk, sw = g->sw, mb = m / CW;
+  int TW = ((ow + PX - 1) / PX * PX + 15) / 16 * 16;
+  int R = (BR - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = TW + (g->kw - 1) * g->dw / sw;
+  int br = plait_dc_rows(batch, oh, BR);
+  long bands = (oh + br - 1) / br;
+  size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)m * k, nt = (size_t)m * TW;
+  float* buf = plait_scratch(nbuf + nw + nt + (size_t)k);
+  float* w = buf + nbuf;
+  float* tile = w + nw;
+  int* koff = (int*)(tile + nt);
+  const float* packed = 0;
+  for (int p = 0; p < k; p++) {
+    int ci = p / kk, ky = p % kk / g->kw, kx = p % g->kw;
+    koff[p] = ((ci * R + ky * g->dh) * sw + kx * g->dw % sw) * T + kx * g->dw / sw;
+  }
+#pragma omp for schedule(static) nowait
+  for (long task = 0; task < batch * bands; task++) {
+    long bz = task / bands;
+    int oy0 = (int)(task % bands) * br, rows = oh - oy0 < br ? oh - oy0 : br;
+    const float* a = A + bz / inner * sab + bz % inner * sai;
+    const float* x = X + bz / inner * sxb + bz % inner * sxi;
+    float* c = C + bz * (long)m * n;
+    plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
+    if (a != packed) {
+      for (int b = 0; b < mb; b++)
+        for (int p = 0; p < k; p++)
+          for (int i = 0; i < CW; i++) w[((long)b * k + p) * CW + i] = a[(long)(b * CW + i) * sam + p];
+      packed = a;
+    }
+    for (int r = 0; r < rows; r++) {
+      const float* src = buf + (long)r * g->sh * sw * T;
+      for (int x0 = 0; x0 < ow; x0 += PX)
+        for (int b = 0; b < mb; b++)
+          plait_dl_micro_@CV@x@PX@(k, koff, src + x0, w + (long)b * k * CW, tile + ((long)b * CV * TW + x0) * 16,
+                                   (long)TW * 16);
+      float* d = c + (long)(oy0 + r) * ow;
+      for (int cg = 0; cg < m / 16; cg++)
+        for (int x0 = 0; x0 < ow; x0 += 16)
+          plait_dl_store16(tile + ((long)cg * TW + x0) * 16, d + (long)cg * 16 * n + x0, n, ow - x0 < 16 ? ow - x0 : 16);
+    }
+    if (epi) epi(c, bz, 0, oy0 * ow, m, rows * ow, extra);
+  }
+}
+//@shared-end
+""".replace("@ROWS@", str(DIRECT_ROWS))
+DIRECT_LANES_CV = 4  # channel vectors of the lanes form's register tile (4 x 5-7 pixels: 20-28 accumulators)
+DIRECT_LANES_PX = (5, 6, 7)
+# One-thread time per multiply-add of the lanes form over the pixel-vector form's where neither pads (resnet's
+# 7x7/2 stem, 112-wide rows: 1.10-1.14, docs/benchmarks.md): the lanes form wins only where the pixel vectors idle
+# more lanes than that (alexnet's 55-wide rows: 64 lanes for 55 pixels).
+DIRECT_LANES_COST = 1.12
+
 
 def use_direct(win: Any, m: int, k: int) -> bool:
     """True when a convolution runs as plait_conv_direct: an image stem (at most DIRECT_MAX_CIN input channels),
@@ -1256,19 +1398,37 @@ def use_direct(win: Any, m: int, k: int) -> bool:
     return not win.fold and k // (win.kh * win.kw) <= DIRECT_MAX_CIN and m >= 8
 
 
-def direct_library() -> str:
-    """The shared C code of the direct few-channel convolution."""
-    return at_o2(COMMON) + at_o2(DIRECT)
+def direct_lanes(win: Any, m: int) -> tuple[int, int] | None:
+    """The (channel vectors, pixels) tile of the direct kernel's lanes form for a stem of m output channels and
+    window `win`, or None where the pixel-vector form costs less: m not a whole number of channel blocks, or output
+    rows that fill whole 16-pixel vectors (padded pixels times DIRECT_LANES_COST decide)."""
+    if m % (DIRECT_LANES_CV * VW):
+        return None
+    ow = win.ow
+    px = min(DIRECT_LANES_PX, key=lambda p: (-(-ow // p) * p, -p))
+    lanes = -(-ow // px) * px * DIRECT_LANES_COST
+    return (DIRECT_LANES_CV, px) if lanes < -(-ow // VW) * VW else None
+
+
+def direct_library(win: Any, m: int) -> str:
+    """The shared C code of the direct few-channel convolution for m output channels over window `win`."""
+    tile = direct_lanes(win, m)
+    if tile is None:
+        return at_o2(COMMON) + at_o2(DIRECT)
+    lanes = DIRECT_LANES.replace("@CV@", str(tile[0])).replace("@PX@", str(tile[1]))
+    return at_o2(COMMON) + at_o2(DIRECT) + at_o2(lanes)
 
 
 def direct_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:
-    """The statements that run a few-channel convolution with plait_conv_direct (A: the weights, rows contiguous
-    along k; B: the image)."""
+    """The statements that run a few-channel convolution with plait_conv_direct or its lanes form (A: the weights,
+    rows contiguous along k; B: the image)."""
     win = spec.conv
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
+    tile = direct_lanes(win, spec.m)
+    fn = "plait_conv_direct" if tile is None else f"plait_conv_dlanes_{tile[0]}x{tile[1]}"
     return (
         f"  static const plait_win win = {{{geo}}};\n"
-        f"  plait_conv_direct({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, {epi_fn}, {extra});\n"
+        f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, {epi_fn}, {extra});\n"
     )
 
 
