@@ -125,33 +125,40 @@ static float* plait_shared_scratch(size_t n) {
 
 /* Rows [pc, pc+kc) and columns [j0, j1) of a strided B into panels of nr columns (bp[panel][p][j], panels ldp rows
    apart: a k block packed in parts has ldp > kc); column j lands at panel position pos + j - j0, columns past n are
-   zero. Row-contiguous B is copied row by row, any other
-   column by column (a transposed B is then read sequentially, one page at a time). */
+   zero. Row-contiguous B is copied row by row, each row across all the panels; any other column by column (a
+   transposed B is then read sequentially, one page at a time). */
 static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int ldp, int j0, int j1, int n, int nr,
                          float* bp, int pos) {
+  if (sbn == 1) {
+    /* each row's columns are one contiguous run, which the hardware prefetcher follows; panel by panel, every row
+       gave a few lines of another page, each a miss waited for when B comes from L3 */
+    for (int p = 0; p < kc; p++) {
+      const float* s = b + (long)(pc + p) * sbk;
+      for (int j = j0; j < j1;) {
+        int t = pos + j - j0, pj = t % nr, run = nr - pj;
+        if (j1 - j < run) run = j1 - j;
+        float* d = bp + (long)(t - pj) * ldp + pj + (long)p * nr;
+        int w = n - j < run ? (n - j > 0 ? n - j : 0) : run;
+        if (w == nr && nr % 16 == 0) { /* a whole panel's row by vector moves, not a memcpy call */
+          for (int q = 0; q < nr; q += 16) *(plait_v16*)(d + q) = *(const plait_v16*)(s + j + q);
+        } else {
+          memcpy(d, s + j, sizeof(float) * w);
+          for (int q = w; q < run; q++) d[q] = 0.0f;
+        }
+        j += run;
+      }
+    }
+    return;
+  }
   for (int j = j0; j < j1;) {
     int t = pos + j - j0, pj = t % nr, run = nr - pj;
     if (j1 - j < run) run = j1 - j;
     float* d = bp + (long)(t - pj) * ldp + pj;
     int w = n - j < run ? (n - j > 0 ? n - j : 0) : run;
-    /* a whole panel's rows by vector moves, not a memcpy call per row: resnet50's 64-row 1x1 products 5-9% faster */
-    if (sbn == 1 && w == nr && nr % 16 == 0) {
-      for (int p = 0; p < kc; p++) {
-        const float* s = b + (long)(pc + p) * sbk + j;
-        float* dp = d + (long)p * nr;
-        for (int q = 0; q < nr; q += 16) *(plait_v16*)(dp + q) = *(const plait_v16*)(s + q);
-      }
-    } else if (sbn == 1) {
-      for (int p = 0; p < kc; p++) {
-        memcpy(d + (long)p * nr, b + (long)(pc + p) * sbk + j, sizeof(float) * w);
-        for (int q = w; q < run; q++) d[(long)p * nr + q] = 0.0f;
-      }
-    } else {
-      for (int q = 0; q < run; q++) {
-        const float* col = b + (long)(j + q) * sbn + (long)pc * sbk;
-        if (q < w) for (int p = 0; p < kc; p++) d[(long)p * nr + q] = col[(long)p * sbk];
-        else for (int p = 0; p < kc; p++) d[(long)p * nr + q] = 0.0f;
-      }
+    for (int q = 0; q < run; q++) {
+      const float* col = b + (long)(j + q) * sbn + (long)pc * sbk;
+      if (q < w) for (int p = 0; p < kc; p++) d[(long)p * nr + q] = col[(long)p * sbk];
+      else for (int p = 0; p < kc; p++) d[(long)p * nr + q] = 0.0f;
     }
     j += run;
   }
