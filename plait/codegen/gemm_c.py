@@ -132,8 +132,11 @@ static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int
   if (sbn == 1) {
     /* each row's columns are one contiguous run, which the hardware prefetcher follows; panel by panel, every row
        gave a few lines of another page, each a miss waited for when B comes from L3 */
+    int je = j1 < n ? j1 : n;
     for (int p = 0; p < kc; p++) {
       const float* s = b + (long)(pc + p) * sbk;
+      if (p + 4 < kc) /* four rows ahead: each row's run starts a new stream, which the prefetcher meets late */
+        for (int j = j0; j < je; j += 16) __builtin_prefetch(s + 4 * sbk + j);
       for (int j = j0; j < j1;) {
         int t = pos + j - j0, pj = t % nr, run = nr - pj;
         if (j1 - j < run) run = j1 - j;
