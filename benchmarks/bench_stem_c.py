@@ -22,7 +22,7 @@ from typing import Any
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--layers", nargs="+", default=["alexnet", "resnet"], help="alexnet, resnet, vgg16, mobilenet_v2")
-ap.add_argument("--tiles", nargs="+", default=["4x6"], help="lanes tiles CVxPX")
+ap.add_argument("--tiles", nargs="+", default=["4x5"], help="lanes tiles CVxPX[:weight bytes per pass]")
 ap.add_argument("--batch", type=int, default=1)
 ap.add_argument("--rounds", type=int, default=15)
 ap.add_argument("--threads", type=int, default=1)
@@ -49,20 +49,24 @@ STEMS = {
 }
 
 
-def plait_stem(layer: tuple[int, ...], x: np.ndarray, w: np.ndarray, b: np.ndarray, tile: tuple[int, int] | None):
-    """One replay of the stem's plan built with the lanes tile `tile` (None: the pixel-vector form), and its output."""
+def plait_stem(layer: tuple[int, ...], x: np.ndarray, w: np.ndarray, b: np.ndarray, spec: str | None):
+    """One replay of the stem's plan built with the lanes tile `spec` (CVxPX[:weight bytes per pass]; None: the
+    pixel-vector form), and its output."""
     _, _, _, s, p, _, _ = layer
-    keep = gemm_c.direct_lanes
+    shape, _, kcb = (spec or "").partition(":")
+    tile = tuple(int(v) for v in shape.split("x")) if spec else None
+    keep, keep_kcb = gemm_c.direct_lanes, gemm_c.DIRECT_LANES_KC_BYTES
     gemm_c.direct_lanes = lambda win, m: tile  # type: ignore[assignment]
+    gemm_c.DIRECT_LANES_KC_BYTES = int(kcb) if kcb else keep_kcb
     try:
         wt, bt = plait.tensor(w, device="cpu"), plait.tensor(b, device="cpu")
         f = plait.jit(lambda t: F.conv2d(t, wt, bt, stride=s, padding=p).relu(), device="cpu")
         plan, _ = f.plan_for([x])
         out = np.asarray(f(x))
     finally:
-        gemm_c.direct_lanes = keep  # type: ignore[assignment]
+        gemm_c.direct_lanes, gemm_c.DIRECT_LANES_KC_BYTES = keep, keep_kcb  # type: ignore[assignment]
     sources = " ".join(k.source for k in plan.kernels)
-    form = "plait_conv_direct(" if tile is None else f"plait_conv_dlanes_{tile[0]}x{tile[1]}("
+    form = "plait_conv_direct(" if tile is None else f"plait_conv_dlanes_{shape}("
     assert form in sources, f"{form} not in the plan"
     return (lambda: [launch() for launch in plan.launches]), out
 
@@ -78,9 +82,9 @@ def main() -> None:
         b = rng.standard_normal(cout).astype(np.float32)
         want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), s, p).relu()
         fns: dict[str, Callable[[], object]] = {}
-        for t in [None] + [tuple(int(v) for v in t.split("x")) for t in args.tiles]:
-            label = "pixel vectors" if t is None else f"lanes {t[0]}x{t[1]}"
-            fn, out = plait_stem(layer, x, w, b, t)  # type: ignore[arg-type]
+        for t in [None, *args.tiles]:
+            label = "pixel vectors" if t is None else f"lanes {t}"
+            fn, out = plait_stem(layer, x, w, b, t)
             err = float(np.abs(out - want.numpy()).max() / np.abs(want.numpy()).max())
             assert err < 1e-5, f"{name} {label}: max error {err:.2e}"
             fns[label] = fn

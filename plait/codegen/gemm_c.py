@@ -1275,9 +1275,10 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
 # feeds CV multiply-adds. Its tile is written to C's NCHW planes transposed (pixel-major in registers).
 DIRECT_LANES = """//@shared-begin plait_conv_dlanes_@CV@x@PX@
 /* CV vectors of 16 output channels (w: CV * 16 weights per patch element, channel-minor) times PX consecutive output
-   pixels of one row, pixel j reading the band at src[koff[p] + j]; channel vector c of pixel j goes to
-   o[c * cs + j * 16] (a row tile of 16-channel groups, pixel-major). */
-static inline __attribute__((always_inline)) void plait_dl_micro_@CV@x@PX@(int k, const int* restrict koff,
+   pixels of one row over patch elements p0 .. p1 - 1, pixel j reading the band at src[koff[p] + j]; channel vector
+   c of pixel j accumulates at o[c * cs + j * 16] (a row tile of 16-channel groups, pixel-major), from zero when p0
+   is 0. */
+static inline __attribute__((always_inline)) void plait_dl_micro_@CV@x@PX@(int p0, int p1, const int* restrict koff,
                                                                      const float* restrict src,
                                                                      const float* restrict w, float* restrict o,
                                                                      long cs) {
@@ -1286,8 +1287,8 @@ static inline __attribute__((always_inline)) void plait_dl_micro_@CV@x@PX@(int k
 #pragma GCC unroll 32
   for (int j = 0; j < PX; j++)
 #pragma GCC unroll 4
-    for (int c = 0; c < CV; c++) acc[j][c] = (plait_v16){0};
-  for (int p = 0; p < k; p++) {
+    for (int c = 0; c < CV; c++) acc[j][c] = p0 ? *(const plait_v16*)(o + c * cs + j * 16) : (plait_v16){0};
+  for (int p = p0; p < p1; p++) {
     const float* s = src + koff[p];
     const plait_v16* wp = (const plait_v16*)(w + (long)p * CV * 16);
     plait_v16 wv[CV];
@@ -1338,18 +1339,21 @@ static inline void plait_dl_store16(const float* restrict t, float* restrict d, 
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) *(plait_v16*)(d + i * n) = r[i];
   } else
-    for (int i = 0; i < 16; i++) memcpy(d + i * n, &r[i], sizeof(float) * (size_t)nj);
+    for (int i = 0; i < 16; i++)
+      for (int j = 0; j < nj; j++) d[i * n + j] = r[i][j];
 }
 
 /* plait_conv_direct's contract with m a multiple of CV * 16: tasks of DIRECT_ROWS output rows of one image split
    their band of input rows once (plait_dc_band, rows of T >= whole pixel groups); every PX pixels of an output row
-   run against every block of CV * 16 channels into a row tile (TW pixels per 16-channel group), which is then
-   written to C's planes transposed 16 x 16 at a time. */
+   run against every block of CV * 16 channels, kc patch elements at a time, into a row tile (TW pixels per
+   16-channel group), which is then written to C's planes transposed 16 x 16 at a time. */
 static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* A, long sab,
                                       long sai, long sam, const float* X, long sxb, long sxi, const plait_win* g,
                                       float* C, plait_epi_fn epi, void* const* extra) {
   enum { BR = @ROWS@, CV = @CV@, PX = @PX@, CW = CV * 16 };
   int ow = g->ow, oh = n / ow, kk = g->kh * g->kw, cin = k / kk, sw = g->sw, mb = m / CW;
+  /* patch elements per pass over a row: each pass's weights (at most @KCB@ bytes) stay in L1 for all its pixels */
+  int passes = (int)(((long)k * CW * 4 + @KCB@ - 1) / @KCB@), kc = (k + passes - 1) / passes;
   int TW = ((ow + PX - 1) / PX * PX + 15) / 16 * 16;
   int R = (BR - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = TW + (g->kw - 1) * g->dw / sw;
   int br = plait_dc_rows(batch, oh, BR);
@@ -1380,20 +1384,25 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
     }
     for (int r = 0; r < rows; r++) {
       const float* src = buf + (long)r * g->sh * sw * T;
-      for (int x0 = 0; x0 < ow; x0 += PX)
-        for (int b = 0; b < mb; b++)
-          plait_dl_micro_@CV@x@PX@(k, koff, src + x0, w + (long)b * k * CW, tile + ((long)b * CV * TW + x0) * 16,
-                                   (long)TW * 16);
+      for (int b = 0; b < mb; b++)
+        for (int p0 = 0; p0 < k; p0 += kc)
+          for (int x0 = 0; x0 < ow; x0 += PX)
+            plait_dl_micro_@CV@x@PX@(p0, p0 + kc < k ? p0 + kc : k, koff, src + x0, w + (long)b * k * CW,
+                                     tile + ((long)b * CV * TW + x0) * 16, (long)TW * 16);
       float* d = c + (long)(oy0 + r) * ow;
       for (int cg = 0; cg < m / 16; cg++)
         for (int x0 = 0; x0 < ow; x0 += 16)
-          plait_dl_store16(tile + ((long)cg * TW + x0) * 16, d + (long)cg * 16 * n + x0, n, ow - x0 < 16 ? ow - x0 : 16);
+          plait_dl_store16(tile + ((long)cg * TW + x0) * 16, d + (long)cg * 16 * n + x0, n,
+                           ow - x0 < 16 ? ow - x0 : 16);
     }
     if (epi) epi(c, bz, 0, oy0 * ow, m, rows * ow, extra);
   }
 }
 //@shared-end
 """.replace("@ROWS@", str(DIRECT_ROWS))
+# Weight bytes per pass of the lanes form over a row (alexnet's 363 x 64 weights, 93 KB, came from L2 for every
+# pixel group; in passes of 24 KB each stays in L1 for the row).
+DIRECT_LANES_KC_BYTES = 24576
 DIRECT_LANES_CV = 4  # channel vectors of the lanes form's register tile (4 x 5-7 pixels: 20-28 accumulators)
 DIRECT_LANES_PX = (5, 6, 7)
 # One-thread time per multiply-add of the lanes form over the pixel-vector form's where neither pads (resnet's
@@ -1426,6 +1435,7 @@ def direct_library(win: Any, m: int) -> str:
     if tile is None:
         return at_o2(COMMON) + at_o2(DIRECT)
     lanes = DIRECT_LANES.replace("@CV@", str(tile[0])).replace("@PX@", str(tile[1]))
+    lanes = lanes.replace("@KCB@", str(DIRECT_LANES_KC_BYTES))
     return at_o2(COMMON) + at_o2(DIRECT) + at_o2(lanes)
 
 
