@@ -377,6 +377,10 @@ def _wgrad_layout(spec: gemm.GemmSpec) -> bool:
 R5_PRODUCT_MIN_COLUMNS = 1024
 R5_RAGGED_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}  # rows pad 128-row tiles
 R5_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2}  # 64 rows
+# F(4, 5)'s 64 products with 64 rows or rows that 128-row tiles pad. H100, alexnet's layer at batch 64
+# (bench_winograd5_cl.py --sweep --sweep-mode 4): the forward's 64x192x3136x64 ran 0.197 ms in these tiles against
+# 0.239 in the generic rule's 64x128 ones, the input gradient's 64x64x3136x192 0.157 against 0.163 (no KS 2)
+R45_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
 # F(4, 3)'s 36 products have the same layout. H100, batch 64, 3xTF32 (bench_winograd43_cl.py --sweep, docs/benchmarks.md
 # "F(4,3) follow-ups"): 64 rows over K 64 (64 -> 64 layers; vgg16's conv1_2 36x64x200704x64, resnet's 36x64x12544x64)
 # ran 2.140 / 0.148 ms in 64x64 tiles with BK 32 and KS 2 against 2.427 / 0.169 in R5_NARROW_KNOBS, which stay best for
@@ -395,15 +399,20 @@ def product_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
     """Tiles for the batched product of an F(2, 5) or F(4, 3) convolution (`WinogradCLPlan.gemm_spec` with 36
     products: U (36, K, C) and V (36, C, T) contiguous, at least R5_PRODUCT_MIN_COLUMNS tile columns): for 64 rows
     F43_NARROW_KNOBS over K 64 and F43_NARROW_MIN_COLUMNS columns, else R5_NARROW_KNOBS; R5_RAGGED_KNOBS for rows that
-    128-row tiles pad; F43_FEW_KNOBS for K <= 256 and under F43_FEW_TILES 128x128 tiles; else None (the generic tile
-    rule)."""
-    if spec.batch != (2 + 5 - 1) ** 2 or spec.inner != 1 or spec.n < R5_PRODUCT_MIN_COLUMNS or spec.n % 4:
+    128-row tiles pad; F43_FEW_KNOBS for K <= 256 and under F43_FEW_TILES 128x128 tiles; F(4, 5)'s 64 products
+    R45_KNOBS for 64 rows or rows that 128-row tiles pad; else None (the generic tile rule)."""
+    xis = spec.batch
+    if xis not in ((2 + 5 - 1) ** 2, (4 + 5 - 1) ** 2) or spec.inner != 1 or spec.n < R5_PRODUCT_MIN_COLUMNS:
+        return None
+    if spec.n % 4:
         return None
     if spec.conv is not None or spec.conv_t is not None or spec.a_nchw is not None:
         return None
     m, n, k = spec.m, spec.n, spec.k
     if spec.a != (0, m * k, k, 1) or spec.b != (0, k * n, n, 1):
         return None
+    if xis == (4 + 5 - 1) ** 2:
+        return dict(R45_KNOBS) if m == 64 or m % 128 else None
     if m == 64:
         return dict(F43_NARROW_KNOBS if k == 64 and n >= F43_NARROW_MIN_COLUMNS else R5_NARROW_KNOBS)
     if m % 128:

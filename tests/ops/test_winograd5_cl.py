@@ -190,3 +190,21 @@ def test_f25_product_tiles() -> None:
 def _with_columns(spec: GemmSpec, n: int) -> GemmSpec:
     """`spec` with `n` tile columns (B's per-product stride to match)."""
     return dataclasses.replace(spec, n=n, b=(0, spec.k * n, n, 1))
+
+
+def test_f45_product_tiles() -> None:
+    """F(4,5)'s 64 products (alexnet b64's forward, 192 rows, and input gradient, 64 rows, over 3136 tile columns)
+    take winograd_cl.R45_KNOBS; rows that are whole 128-row tiles keep the generic rule."""
+    from plait.tune import _tc_heuristic
+
+    win = dataclasses.replace(Window(64, 64, 27, 27, 5, 5, 1, 1, 2, 2), fold=True)
+    fold = GemmSpec(1, 192, 64 * 729, 64 * 25, (0, 0, 64 * 25, 1), (0, 0, 0, 0), 1, 0, 0, win)
+    with settings.override(PLAIT_WINOGRAD_CL="4"):
+        fwd, dgrad = winograd_cl.pick(fold), winograd_cl.pick(_spec(64, 192, 64, 27, 27))
+    assert fwd is not None and dgrad is not None and fwd.m == dgrad.m == 4
+    for plan, rows, depth in ((fwd, 192, 64), (dgrad, 64, 192)):
+        spec = plan.gemm_spec()
+        assert (spec.batch, spec.m, spec.n, spec.k) == (64, rows, 3136, depth)
+        assert _tc_heuristic(spec) == winograd_cl.R45_KNOBS
+    wide = dataclasses.replace(fwd.gemm_spec(), m=256, a=(0, 256 * 64, 64, 1))
+    assert winograd_cl.product_knobs(wide) is None
