@@ -26,7 +26,8 @@ for stage in "$@"; do
         tests/ops/test_gemm_vector_gather_cl.py tests/ops/test_gemm_step_rules_cl.py tests/ops/test_winograd_wgrad_cl.py \
         tests/ops/test_relu_pool_grad_cl.py tests/ops/test_step_views_cl.py tests/ops/test_gemm_ks_rules_cl.py \
         tests/ops/test_chunk_sum_inline_cl.py tests/nn/test_cross_entropy_cl.py tests/nn/test_backward_loss.py \
-        tests/ops/test_winograd5_cl.py tests/unit/test_winograd_f25.py \
+        tests/ops/test_winograd5_cl.py tests/unit/test_winograd_f25.py tests/ops/test_winograd43_cl.py \
+        tests/ops/test_opencl_build.py \
         2>&1 | tail -15
       echo "pytest exit status ${PIPESTATUS[0]}"
       ;;
