@@ -1195,6 +1195,20 @@ static void plait_dc_band(const float* x, const plait_win* g, int cin, int y0, i
     }
 }
 
+/* Prefetch the input rows that task `next` (bands of br output rows) splits, while this task computes: in a whole
+   net the image comes from memory, and each 224-float row is too short a run for the hardware prefetcher. */
+static void plait_dc_prefetch(const float* X, long sxb, long sxi, long inner, const plait_win* g, int cin, int oh,
+                              int br, long next, long end) {
+  if (next >= end) return;
+  long bands = (oh + br - 1) / br, bz = next / bands;
+  int oy0 = (int)(next % bands) * br, rows = oh - oy0 < br ? oh - oy0 : br;
+  int y0 = oy0 * g->sh - g->ph, y1 = y0 + (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+  const float* x = X + bz / inner * sxb + bz % inner * sxi;
+  for (int ci = 0; ci < cin; ci++)
+    for (int iy = y0 > 0 ? y0 : 0; iy < y1 && iy < g->h; iy++)
+      for (int u = 0; u < g->w; u += 16) __builtin_prefetch(x + ((long)ci * g->h + iy) * g->w + u);
+}
+
 /* Output rows per task (at most br): as many tasks per image as the team's threads share evenly where the batch
    alone does not (alexnet's 55 rows in bands of 8 gave one of two threads 32 rows and the other 23). */
 static int plait_dc_rows(long batch, int oh, int br) {
@@ -1236,6 +1250,7 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
     const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)m * n;
     plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
+    plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, br, task + 1, batch * bands);
     if (a != packed) {
       for (int b = 0; b < mb; b++)
         for (int p = 0; p < k; p++)
@@ -1376,6 +1391,7 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
     const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)m * n;
     plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
+    plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, br, task + 1, batch * bands);
     if (a != packed) {
       for (int b = 0; b < mb; b++)
         for (int p = 0; p < k; p++)
@@ -1384,6 +1400,9 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
     }
     for (int r = 0; r < rows; r++) {
       const float* src = buf + (long)r * g->sh * sw * T;
+      if (r + 1 < rows) /* the next output row's lines of C, for writing, while this row computes */
+        for (int i = 0; i < m; i++)
+          for (int j = 0; j < ow; j += 16) __builtin_prefetch(c + (long)i * n + (long)(oy0 + r + 1) * ow + j, 1);
       for (int b = 0; b < mb; b++)
         for (int p0 = 0; p0 < k; p0 += kc)
           for (int x0 = 0; x0 < ow; x0 += PX)
