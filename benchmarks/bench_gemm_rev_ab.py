@@ -1,10 +1,12 @@
-"""A/B of the cpu GEMM's micro-kernel and task loop (plait/codegen/gemm_c.py `_micro`, `_driver`) at an older commit
-against the working tree, side by side in one process on a benchmark CNN's twin.
+"""A/B of the cpu GEMM's library (plait/codegen/gemm_c.py: micro-kernel `_micro`, task loop `_driver`, packing
+`COMMON`, epilogue prefetch `epi_prefetch`) at an older commit against the working tree, side by side in one process
+on a benchmark CNN's twin.
 
-Plan A renders its GEMM and implicit-GEMM kernels with REV's `_micro` and `_driver` (read with `git show`), plan B
-with the tree's; the outputs are checked, then (unless --no-kernels) the kernels are launched in turn, kernel by
-kernel, and summed per kind (one thread: fewest thread CPU ms; more: median wall ms). Last, whole replays of A and B
-alternate with ONNX Runtime's run of the exported model (same weights), the order of A and B reversed every round.
+Plan A renders its GEMM and implicit-GEMM kernels with REV's `_micro`, `_driver`, `COMMON` and `epi_prefetch` (read
+with `git show`; none where REV has none), plan B with the tree's; the outputs are checked, then (unless
+--no-kernels) the kernels are launched in turn, kernel by kernel, and summed per kind (one thread: fewest thread
+CPU ms; more: median wall ms). Last, whole replays of A and B alternate with ONNX Runtime's run of the exported
+model (same weights), the order of A and B reversed every round.
 --fifo runs every thread at SCHED_FIFO priority 1 while timing (root only).
 
     OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_gemm_rev_ab.py resnet50 --rev deded71
@@ -47,16 +49,18 @@ def old_gemm_c(rev: str) -> types.ModuleType:
 
 
 def build(model: str, x: np.ndarray, old: types.ModuleType | None) -> tuple[Any, np.ndarray]:
-    """(plan, output) of the twin, its GEMMs rendered with `old`'s micro-kernel and driver when given."""
-    saved = gemm_c._micro, gemm_c._driver
+    """(plan, output) of the twin, its GEMMs rendered with `old`'s micro-kernel, driver, packing and epilogue
+    prefetch when given."""
+    saved = gemm_c._micro, gemm_c._driver, gemm_c.COMMON, gemm_c.epi_prefetch
     if old is not None:
-        gemm_c._micro, gemm_c._driver = old._micro, old._driver
+        gemm_c._micro, gemm_c._driver, gemm_c.COMMON = old._micro, old._driver, old.COMMON
+        gemm_c.epi_prefetch = getattr(old, "epi_prefetch", lambda names, m, n: "")
     try:
         f = twin(model, "cpu")
         y = np.asarray(f(x))
         return f.plan_for([x])[0], y
     finally:
-        gemm_c._micro, gemm_c._driver = saved
+        gemm_c._micro, gemm_c._driver, gemm_c.COMMON, gemm_c.epi_prefetch = saved
 
 
 def kernel_sums(plans: dict[str, Any], repeats: int, threads: int) -> dict[str, dict[str, float]]:
