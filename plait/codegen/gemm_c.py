@@ -1209,15 +1209,6 @@ static void plait_dc_prefetch(const float* X, long sxb, long sxi, long inner, co
       for (int u = 0; u < g->w; u += 16) __builtin_prefetch(x + ((long)ci * g->h + iy) * g->w + u);
 }
 
-/* Output rows per task (at most br): as many tasks per image as the team's threads share evenly where the batch
-   alone does not (alexnet's 55 rows in bands of 8 gave one of two threads 32 rows and the other 23). */
-static int plait_dc_rows(long batch, int oh, int br) {
-  int nth = omp_get_num_threads();
-  long per = (oh + br - 1) / br;
-  if (batch * per % nth) per = (per + nth - 1) / nth * nth;
-  return (int)((oh + per - 1) / per);
-}
-
 /* C[bz] (m x n, n = oh * ow) = the convolution of image bz (cin = k / (kh * kw) channels) with A's rows, as tasks of
    DIRECT_ROWS output rows of one image: each task splits its band of input rows once (plait_dc_band), packs the
    weights in blocks of 8 channels, and runs every 3 vectors of 16 output pixels against every channel block. epi runs
@@ -1229,8 +1220,7 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
   int ow = g->ow, oh = n / ow, vpr = (ow + 15) / 16, kk = g->kh * g->kw, cin = k / kk, sw = g->sw;
   int R = (BR - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = vpr * 16 + (g->kw - 1) * g->dw / sw;
   int mb = (m + 7) / 8;
-  int br = plait_dc_rows(batch, oh, BR);
-  long bands = (oh + br - 1) / br;
+  long bands = (oh + BR - 1) / BR;
   size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)mb * 8 * k;
   /* every thread of the team packs the weights once per call, again only when a task's weights differ (groups):
      packed per task, their transposing copy took 6% of alexnet's stem */
@@ -1245,12 +1235,12 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
 #pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * bands; task++) {
     long bz = task / bands;
-    int oy0 = (int)(task % bands) * br, rows = oh - oy0 < br ? oh - oy0 : br;
+    int oy0 = (int)(task % bands) * BR, rows = oh - oy0 < BR ? oh - oy0 : BR;
     const float* a = A + bz / inner * sab + bz % inner * sai;
     const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)m * n;
     plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
-    plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, br, task + 1, batch * bands);
+    plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, BR, task + 1, batch * bands);
     if (a != packed) {
       for (int b = 0; b < mb; b++)
         for (int p = 0; p < k; p++)
@@ -1371,8 +1361,7 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
   int passes = (int)(((long)k * CW * 4 + @KCB@ - 1) / @KCB@), kc = (k + passes - 1) / passes;
   int TW = ((ow + PX - 1) / PX * PX + 15) / 16 * 16;
   int R = (BR - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = TW + (g->kw - 1) * g->dw / sw;
-  int br = plait_dc_rows(batch, oh, BR);
-  long bands = (oh + br - 1) / br;
+  long bands = (oh + BR - 1) / BR;
   size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)m * k, nt = (size_t)m * TW;
   float* buf = plait_scratch(nbuf + nw + nt + (size_t)k);
   float* w = buf + nbuf;
@@ -1386,12 +1375,12 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
 #pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * bands; task++) {
     long bz = task / bands;
-    int oy0 = (int)(task % bands) * br, rows = oh - oy0 < br ? oh - oy0 : br;
+    int oy0 = (int)(task % bands) * BR, rows = oh - oy0 < BR ? oh - oy0 : BR;
     const float* a = A + bz / inner * sab + bz % inner * sai;
     const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)m * n;
     plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
-    plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, br, task + 1, batch * bands);
+    plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, BR, task + 1, batch * bands);
     if (a != packed) {
       for (int b = 0; b < mb; b++)
         for (int p = 0; p < k; p++)
