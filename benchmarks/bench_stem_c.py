@@ -56,7 +56,7 @@ def plait_stem(layer: tuple[int, ...], x: np.ndarray, w: np.ndarray, b: np.ndarr
     shape, _, kcb = (spec or "").partition(":")
     tile = tuple(int(v) for v in shape.split("x")) if spec else None
     keep, keep_kcb = gemm_c.direct_lanes, gemm_c.DIRECT_LANES_KC_BYTES
-    gemm_c.direct_lanes = lambda win, m: tile  # type: ignore[assignment]
+    gemm_c.direct_lanes = lambda win, m, k: tile  # type: ignore[assignment]
     gemm_c.DIRECT_LANES_KC_BYTES = int(kcb) if kcb else keep_kcb
     try:
         wt, bt = plait.tensor(w, device="cpu"), plait.tensor(b, device="cpu")

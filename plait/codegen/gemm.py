@@ -211,7 +211,7 @@ def render_c(
             spec, f"A + {ao}, {sab}, {spec.a_inner}", f"B + {bo}, {sbb}, {spec.b_inner}", epi_fn, extra
         )
     elif direct_conv(spec):
-        lib = gemm_c.direct_library(spec.conv, spec.m)
+        lib = gemm_c.direct_library(spec.conv, spec.m, spec.k)
         a_rows, image = f"A + {ao}, {sab}, {spec.a_inner}, {sam}", f"B + {bo}, {sbb}, {spec.b_inner}"
         call = gemm_c.direct_call(spec, a_rows, image, epi_fn, extra)
     elif pointwise:

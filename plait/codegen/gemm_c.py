@@ -1413,10 +1413,10 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
 DIRECT_LANES_KC_BYTES = 24576
 DIRECT_LANES_CV = 4  # channel vectors of the lanes form's register tile (4 x 5-7 pixels: 20-28 accumulators)
 DIRECT_LANES_PX = (5, 6, 7)
-# One-thread time per multiply-add of the lanes form over the pixel-vector form's where neither pads (resnet's
-# 7x7/2 stem, 112-wide rows: 1.10-1.14, docs/benchmarks.md): the lanes form wins only where the pixel vectors idle
-# more lanes than that (alexnet's 55-wide rows: 64 lanes for 55 pixels).
-DIRECT_LANES_COST = 1.12
+# Patch elements from which the lanes form runs: with its weight passes and prefetches it took 0.84-0.91 of the
+# pixel-vector form's time on alexnet's stem (k 363) and 0.92-0.94 on resnet's (k 147) inside whole replays, one
+# thread; on vgg16's 3x3 stem (k 27) its fewest time was 1.7x (docs/benchmarks.md). k in between is not measured.
+DIRECT_LANES_MIN_K = 64
 
 
 def use_direct(win: Any, m: int, k: int) -> bool:
@@ -1425,21 +1425,20 @@ def use_direct(win: Any, m: int, k: int) -> bool:
     return not win.fold and k // (win.kh * win.kw) <= DIRECT_MAX_CIN and m >= 8
 
 
-def direct_lanes(win: Any, m: int) -> tuple[int, int] | None:
-    """The (channel vectors, pixels) tile of the direct kernel's lanes form for a stem of m output channels and
-    window `win`, or None where the pixel-vector form costs less: m not a whole number of channel blocks, or output
-    rows that fill whole 16-pixel vectors (padded pixels times DIRECT_LANES_COST decide)."""
-    if m % (DIRECT_LANES_CV * VW):
+def direct_lanes(win: Any, m: int, k: int) -> tuple[int, int] | None:
+    """The (channel vectors, pixels) tile of the direct kernel's lanes form for a stem of m output channels, k patch
+    elements and window `win` (the pixel count that pads its rows least), or None where the pixel-vector form runs:
+    m not a whole number of channel blocks, or fewer than DIRECT_LANES_MIN_K patch elements."""
+    if m % (DIRECT_LANES_CV * VW) or k < DIRECT_LANES_MIN_K:
         return None
     ow = win.ow
-    px = min(DIRECT_LANES_PX, key=lambda p: (-(-ow // p) * p, -p))
-    lanes = -(-ow // px) * px * DIRECT_LANES_COST
-    return (DIRECT_LANES_CV, px) if lanes < -(-ow // VW) * VW else None
+    return DIRECT_LANES_CV, min(DIRECT_LANES_PX, key=lambda p: (-(-ow // p) * p, -p))
 
 
-def direct_library(win: Any, m: int) -> str:
-    """The shared C code of the direct few-channel convolution for m output channels over window `win`."""
-    tile = direct_lanes(win, m)
+def direct_library(win: Any, m: int, k: int) -> str:
+    """The shared C code of the direct few-channel convolution for m output channels and k patch elements over
+    window `win`."""
+    tile = direct_lanes(win, m, k)
     if tile is None:
         return at_o2(COMMON) + at_o2(DIRECT)
     lanes = DIRECT_LANES.replace("@CV@", str(tile[0])).replace("@PX@", str(tile[1]))
@@ -1452,7 +1451,7 @@ def direct_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) ->
     rows contiguous along k; B: the image)."""
     win = spec.conv
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
-    tile = direct_lanes(win, spec.m)
+    tile = direct_lanes(win, spec.m, spec.k)
     fn = "plait_conv_direct" if tile is None else f"plait_conv_dlanes_{tile[0]}x{tile[1]}"
     return (
         f"  static const plait_win win = {{{geo}}};\n"

@@ -1,6 +1,6 @@
 """The lanes form of the cpu's direct stem convolution (gemm_c.plait_conv_dlanes_*: output channels across the
 vector lanes, 5-7 output pixels of a row per register tile, the tile written to NCHW by 16 x 16 transposes), taken
-where the pixel-vector form would idle lanes on rows that are not whole 16-pixel vectors (alexnet's 55-wide stem).
+for 64-channel blocks over at least gemm_c.DIRECT_LANES_MIN_K patch elements (alexnet's and resnet's stems).
 Checked against PyTorch on strides 1-4, padding, dilation, rows of 8-41 pixels (partial transposes, whole ones and
 a padded last pixel group), 64 and 128 channels, batches and groups, and with the weights as plan inputs."""
 
@@ -16,10 +16,10 @@ from tests.helpers import assert_close, rand
 CASES = [  # n, cin, h, w, cout, kernel, stride, padding, dilation, groups, pixels per tile
     (1, 3, 43, 47, 64, 11, 4, 2, 1, 1, 6),  # alexnet's stem, small: 11-wide rows, 11 rows (two tasks)
     (2, 3, 37, 45, 64, 7, 2, 3, 1, 1, 6),  # resnet's 7x7/2 over 23-wide rows, two images
-    (1, 3, 81, 81, 64, 3, 2, 1, 1, 1, 7),  # 41-wide rows: two whole 16-pixel transposes and a partial one
-    (1, 1, 19, 21, 128, 3, 1, 1, 2, 1, 5),  # stride 1, dilation 2, one input channel, two channel blocks
+    (1, 3, 81, 81, 64, 5, 2, 2, 1, 1, 7),  # 41-wide rows: two whole 16-pixel transposes and a partial one
+    (1, 1, 25, 27, 128, 9, 1, 4, 2, 1, 5),  # stride 1, dilation 2, one input channel, two channel blocks
     (2, 4, 20, 23, 64, 5, 3, 2, 1, 1, 5),  # stride 3 (three column phases), 8-wide rows padded to 10 pixels
-    (1, 4, 18, 18, 128, 3, 1, 1, 1, 2, 6),  # two groups of 2 input channels and 64 output channels each
+    (1, 4, 18, 18, 128, 7, 1, 3, 1, 2, 6),  # two groups of 2 input channels and 64 output channels each
 ]
 
 
@@ -40,22 +40,21 @@ def test_lanes_convolution_matches_torch(case):
 
 
 def test_lanes_choice():
-    """alexnet's 55-wide stem takes 4 x 5 lanes tiles (the pixel vectors would compute 64 columns); resnet's and
-    vgg16's rows are whole vectors and stay in the pixel-vector form, as do channel counts that are not multiples
-    of 64 (mobilenet_v2's 32)."""
+    """alexnet's 55-wide stem takes 4 x 5 lanes tiles, resnet's 112-wide one 4 x 7; vgg16's 3x3 stem (27 patch
+    elements) and channel counts that are not multiples of 64 (mobilenet_v2's 32) stay in the pixel-vector form."""
     alexnet = F.Window(1, 3, 224, 224, 11, 11, 4, 4, 2, 2, 1, 1)
     resnet = F.Window(1, 3, 224, 224, 7, 7, 2, 2, 3, 3, 1, 1)
     vgg = F.Window(1, 3, 224, 224, 3, 3, 1, 1, 1, 1, 1, 1)
-    assert gemm_c.direct_lanes(alexnet, 64) == (4, 5)
-    assert gemm_c.direct_lanes(resnet, 64) is None
-    assert gemm_c.direct_lanes(vgg, 64) is None
-    assert gemm_c.direct_lanes(alexnet, 32) is None
+    assert gemm_c.direct_lanes(alexnet, 64, 363) == (4, 5)
+    assert gemm_c.direct_lanes(resnet, 64, 147) == (4, 7)
+    assert gemm_c.direct_lanes(vgg, 64, 27) is None
+    assert gemm_c.direct_lanes(alexnet, 32, 363) is None
 
 
 def test_lanes_convolution_with_weights_as_inputs():
     """Weights passed to the plan (not constants) are packed on every call: two calls with different weights each
     match PyTorch."""
-    x = rand((1, 3, 29, 21), low=-1, high=1)
+    x = rand((1, 3, 29, 21), low=-1, high=1)  # 10-wide rows
     f = plait.jit(lambda t, wt: F.conv2d(t, wt, stride=2, padding=1), device="cpu")
     for seed in (1, 2):
         wt = rand((64, 3, 5, 5), seed=seed, low=-1, high=1) * 0.2
