@@ -1209,6 +1209,28 @@ static void plait_dc_prefetch(const float* X, long sxb, long sxi, long inner, co
       for (int u = 0; u < g->w; u += 16) __builtin_prefetch(x + ((long)ci * g->h + iy) * g->w + u);
 }
 
+/* koff[p]: where patch element p (channel, tap row, tap column) starts in a band split by plait_dc_band, R rows of
+   sw phases of T floats per channel */
+static void plait_dc_offsets(const plait_win* g, int k, int R, int T, int* koff) {
+  int kk = g->kh * g->kw, sw = g->sw;
+  for (int p = 0; p < k; p++) {
+    int ci = p / kk, ky = p % kk / g->kw, kx = p % g->kw;
+    koff[p] = ((ci * R + ky * g->dh) * sw + kx * g->dw % sw) * T + kx * g->dw / sw;
+  }
+}
+
+/* Task `task` of `end` (bands of br output rows of one image): splits its band of input rows into buf and prefetches
+   the next task's; returns the band's output rows. Both direct forms start their tasks here. */
+static inline int plait_dc_task(const float* X, long sxb, long sxi, long inner, const plait_win* g, int cin, int oh,
+                                int br, long task, long end, int R, int T, float* buf) {
+  long bands = (oh + br - 1) / br, bz = task / bands;
+  int oy0 = (int)(task % bands) * br, rows = oh - oy0 < br ? oh - oy0 : br;
+  const float* x = X + bz / inner * sxb + bz % inner * sxi;
+  plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
+  plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, br, task + 1, end);
+  return rows;
+}
+
 /* C[bz] (m x n, n = oh * ow) = the convolution of image bz (cin = k / (kh * kw) channels) with A's rows, as tasks of
    DIRECT_ROWS output rows of one image: each task splits its band of input rows once (plait_dc_band), packs the
    weights in blocks of 8 channels, and runs every 3 vectors of 16 output pixels against every channel block. epi runs
@@ -1228,19 +1250,14 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
   float* w = buf + nbuf;
   int* koff = (int*)(w + nw);
   const float* packed = 0;
-  for (int p = 0; p < k; p++) {
-    int ci = p / kk, ky = p % kk / g->kw, kx = p % g->kw;
-    koff[p] = ((ci * R + ky * g->dh) * sw + kx * g->dw % sw) * T + kx * g->dw / sw;
-  }
+  plait_dc_offsets(g, k, R, T, koff);
 #pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * bands; task++) {
     long bz = task / bands;
-    int oy0 = (int)(task % bands) * BR, rows = oh - oy0 < BR ? oh - oy0 : BR;
+    int oy0 = (int)(task % bands) * BR;
+    int rows = plait_dc_task(X, sxb, sxi, inner, g, cin, oh, BR, task, batch * bands, R, T, buf);
     const float* a = A + bz / inner * sab + bz % inner * sai;
-    const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)m * n;
-    plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
-    plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, BR, task + 1, batch * bands);
     if (a != packed) {
       for (int b = 0; b < mb; b++)
         for (int p = 0; p < k; p++)
@@ -1368,19 +1385,14 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
   float* tile = w + nw;
   int* koff = (int*)(tile + nt);
   const float* packed = 0;
-  for (int p = 0; p < k; p++) {
-    int ci = p / kk, ky = p % kk / g->kw, kx = p % g->kw;
-    koff[p] = ((ci * R + ky * g->dh) * sw + kx * g->dw % sw) * T + kx * g->dw / sw;
-  }
+  plait_dc_offsets(g, k, R, T, koff);
 #pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * bands; task++) {
     long bz = task / bands;
-    int oy0 = (int)(task % bands) * BR, rows = oh - oy0 < BR ? oh - oy0 : BR;
+    int oy0 = (int)(task % bands) * BR;
+    int rows = plait_dc_task(X, sxb, sxi, inner, g, cin, oh, BR, task, batch * bands, R, T, buf);
     const float* a = A + bz / inner * sab + bz % inner * sai;
-    const float* x = X + bz / inner * sxb + bz % inner * sxi;
     float* c = C + bz * (long)m * n;
-    plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
-    plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, BR, task + 1, batch * bands);
     if (a != packed) {
       for (int b = 0; b < mb; b++)
         for (int p = 0; p < k; p++)
