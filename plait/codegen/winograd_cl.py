@@ -268,11 +268,14 @@ WGRAD_CHUNK_UNIT = 32  # chunks hold whole BK 32 steps, so no K edge is checked
 WGRAD_WIDE_TARGET = 256
 WGRAD_WIDE_MIN_CHUNK = 3136
 WGRAD_WIDE_KNOBS = {"V": 3, "BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 64}
+# 64x64 tiles, BK 32, two warps splitting K: the sweeps below found it best for four kinds of Winograd product, each
+# named for its own rule
+SMALL_KS2_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
 # 64 input channels (vgg16's conv2_1, 64 -> 128 at 112x112, batch 64: 33, 66 and 132 chunks of 6112, 3072 and 1536
 # columns): the generic rule's 64x64 tiles with BK 32 ran 1.378, 1.369 and 1.360 ms, the same with KS 2 1.338, 1.319
 # and 1.316, the fastest of the sweep's tiles in each (128x64 ones 1.385-1.729, 128x128 ones 1.99-2.28); taken where
 # they make WGRAD_TILE_TARGET 64x64 tiles or more, as there (1056 to 4224); fewer were not swept
-WGRAD_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
+WGRAD_NARROW_KNOBS = SMALL_KS2_KNOBS
 # 'auto': a weight gradient runs Winograd with at least MIN_CHANNELS output channels and WGRAD_MIN_IN input ones.
 # H100, batch 64, direct / Winograd (benchmarks/bench_wgrad_winograd_cl.py): 1.21-1.73x for every layer of 128+
 # channels in and out (7x7 to 112x112), 1.15-1.17x for vgg16's 64 -> 128 at 112x112, 0.82x and 0.97-0.99x for
@@ -338,8 +341,8 @@ def wgrad_knobs(spec: gemm.GemmSpec) -> dict[str, int] | None:
     chunks, as the scheduler lays it out: both operands (16, rows, tile columns), the chunks along the tile columns):
     WGRAD_WIDE_KNOBS where its rows and columns are whole 128-row tiles and make WGRAD_WIDE_TARGET of them in chunks
     of at least WGRAD_WIDE_MIN_CHUNK, WGRAD_NARROW_KNOBS for whole 128 rows by 64 columns (64 input channels) in
-    WGRAD_TILE_TARGET 64x64 tiles or more, else None (the generic tile rule). The tensor-core tile heuristic asks this first, so `wgrad_plan`'s chunk count and
-    these tiles go together."""
+    WGRAD_TILE_TARGET 64x64 tiles or more, else None (the generic tile rule). The tensor-core tile heuristic asks
+    this first, so `wgrad_plan`'s chunk count and these tiles go together."""
     if spec.batch % (ALPHA * ALPHA) or spec.m % 128 or not _wgrad_layout(spec):
         return None
     if spec.n == 64:
@@ -375,12 +378,12 @@ def _wgrad_layout(spec: gemm.GemmSpec) -> bool:
 # 36x64x12544x192 0.316 in 64x128 tiles with KS 2 against 0.352 in the 64x64 BK 32 ones of the 64-row rule. Products
 # whose rows are whole 128-row tiles were not swept and keep the generic rule.
 R5_PRODUCT_MIN_COLUMNS = 1024
-R5_RAGGED_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}  # rows pad 128-row tiles
+R5_RAGGED_KNOBS = SMALL_KS2_KNOBS  # rows pad 128-row tiles
 R5_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 64, "KS": 2}  # 64 rows
 # F(4, 5)'s 64 products with 64 rows or rows that 128-row tiles pad. H100, alexnet's layer at batch 64
 # (bench_winograd5_cl.py --sweep --sweep-mode 4): the forward's 64x192x3136x64 ran 0.197 ms in these tiles against
 # 0.239 in the generic rule's 64x128 ones, the input gradient's 64x64x3136x192 0.157 against 0.163 (no KS 2)
-R45_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
+R45_KNOBS = SMALL_KS2_KNOBS
 # F(4, 3)'s 36 products have the same layout. H100, batch 64, 3xTF32 (bench_winograd43_cl.py --sweep, docs/benchmarks.md
 # "F(4,3) follow-ups"): 64 rows over K 64 (64 -> 64 layers; vgg16's conv1_2 36x64x200704x64, resnet's 36x64x12544x64)
 # ran 2.140 / 0.148 ms in 64x64 tiles with BK 32 and KS 2 against 2.427 / 0.169 in R5_NARROW_KNOBS, which stay best for
@@ -389,7 +392,7 @@ R45_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
 # 0.149 / 0.157 in the generic rule's eight-warp 128x128 ones; deeper K (512 at 14x14: 0.480 generic) and more tiles
 # (vgg16's, resnet's 256 at 56x56) keep the generic rule, which led there. Batch 1 (under F43_NARROW_MIN_COLUMNS or
 # R5_PRODUCT_MIN_COLUMNS columns) was not swept and keeps the rules above.
-F43_NARROW_KNOBS = {"V": 3, "BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "KS": 2}
+F43_NARROW_KNOBS = SMALL_KS2_KNOBS
 F43_NARROW_MIN_COLUMNS = 12544
 F43_FEW_TILES = 1024
 F43_FEW_KNOBS = {"V": 3, "BM": 128, "BN": 64, "BK": 16, "WM": 64, "WN": 32}
