@@ -6,7 +6,7 @@ three kernels, since its backward reads the expanded tensor."""
 
 from __future__ import annotations
 
-from plait.codegen import gemm, irblock_c
+from plait.codegen import irblock_c
 from plait.codegen.pointwise_c import VW, LanesPlan
 from plait.graph.node import Node
 from plait.graph.ops.pointwise_weight import pointwise_weight
@@ -49,10 +49,6 @@ def _plan(e: Item, d: Item, p: Item) -> irblock_c.IRBlockPlan | None:
     return plan if chained and plan.c1 % irblock_c.GP == 0 and es.n <= MAX_PIXELS else None
 
 
-def _epilogue(it: Item) -> gemm.Epilogue | None:
-    return gemm.Epilogue(it.out, it.extra["epilogue"], tuple(it.extra["extra"])) if "epilogue" in it.extra else None
-
-
 def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
     """Replace each expand -> depthwise -> projection run of items (each product read only by the next, none an
     output) by one `irblock` item reading the block's input, the three weights packed at plan build (constant items)
@@ -90,7 +86,7 @@ def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
             p.out,
             [e.inputs[1], u1, ud, u2, *extras],
             "irblock",
-            extra={"irblock": plan, "epilogues": (_epilogue(e), _epilogue(d), _epilogue(p))},
+            extra={"irblock": plan, "epilogues": (e.epilogue(), d.epilogue(), p.epilogue())},
         )
         drop.update({j, i})
         drop.update(producer[it.inputs[0].uid] for it in (e, p) if it.kind == "pointwise")

@@ -32,14 +32,6 @@ def hold(obj: Any) -> None:
     _HELD.add(obj)
 
 
-def _epilogue(item: Item) -> gemm.Epilogue | None:
-    """The fused epilogue of a product item (GEMM, pointwise or Winograd) that the scheduler gave one
-    (`scheduler` sets item.extra["epilogue"] and ["extra"] together), else None."""
-    if "epilogue" not in item.extra:
-        return None
-    return gemm.Epilogue(item.out, item.extra["epilogue"], tuple(item.extra["extra"]))
-
-
 def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> RenderedKernel:
     """The kernel of one scheduled item; a GEMM uses `knobs` when given (tuning), else the tuned or heuristic ones."""
     r = device.renderer
@@ -49,14 +41,14 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
 
         knobs = knobs if knobs is not None else knobs_for(device, "gemm", item.gemm)
         render_fn = gemm.render_c if r.dialect == "c" else gemm.render_opencl
-        return render_fn(item.gemm, knobs, r, _epilogue(item))
+        return render_fn(item.gemm, knobs, r, item.epilogue())
     if item.kind == "pointwise":  # a 1x1 convolution across the vector lanes, its weights packed at plan build
         assert item.gemm is not None
-        return gemm.render_c(item.gemm, None, r, _epilogue(item), lanes=item.extra["lanes"])
+        return gemm.render_c(item.gemm, None, r, item.epilogue(), lanes=item.extra["lanes"])
     if item.kind == "irblock":  # an inverted-residual block fused into one cpu kernel
         return irblock_c.render(item.extra["irblock"], r, item.extra["epilogues"])
     if item.kind == "winograd":
-        return (winograd_cl if r.dialect == "opencl" else winograd_c).render(item.extra["winograd"], r, _epilogue(item))
+        return (winograd_cl if r.dialect == "opencl" else winograd_c).render(item.extra["winograd"], r, item.epilogue())
     if item.kind in ("custom", "contract"):
         kernel = OPS[item.out.op].kernel
         assert kernel is not None

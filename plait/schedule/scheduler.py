@@ -11,7 +11,7 @@ from plait import dtypes
 from plait.codegen import pointwise_c, winograd_c, winograd_cl
 from plait.codegen.cstyle import MAX_STACK_MEMBERS
 from plait.codegen.expr import strides_of
-from plait.codegen.gemm import GemmSpec
+from plait.codegen.gemm import Epilogue, GemmSpec
 from plait.graph.node import Node, toposort
 from plait.graph.ops import OPS, kind
 from plait.graph.ops.conv import Window
@@ -41,6 +41,13 @@ class Item:
     kind: str
     gemm: GemmSpec | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def epilogue(self) -> Epilogue | None:
+        """The fused epilogue of a product item (GEMM, pointwise or Winograd) that the scheduler gave one (it sets
+        extra["epilogue"] and extra["extra"] together), else None."""
+        if "epilogue" not in self.extra:
+            return None
+        return Epilogue(self.out, self.extra["epilogue"], tuple(self.extra["extra"]))
 
 
 SPLIT_WIDE_PARTS = 64  # devices whose reductions split this many ways or more have cores to spare per output
