@@ -24,8 +24,8 @@ from plait.codegen.c import entry_points
 from plait.codegen.cstyle import RenderedKernel
 from plait.codegen.expr import ExprBuilder, Idx
 from plait.codegen.gemm import Epilogue, _tile_coords
+from plait.codegen.gemm_c import VW
 
-VW = 16  # floats per vector register (AVX-512)
 MR = 7  # pixels per register tile (mobilenet_v2's planes are multiples of 7 wide)
 NV = 3  # channel vectors per register tile: 7 x 3 accumulators, 3 weight vectors and a broadcast
 GP = NV * VW  # channels per packed weight panel (the expanded channels split among threads in whole panels)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-VW = 16  # floats per vector register (AVX-512)
+from plait.codegen.gemm_c import VW
+
 MAX_ROWS = 32  # products with at most this many rows take this kernel (measured: docs/benchmarks.md)
 MIN_COLS = 512  # ... and at least this many columns per product (narrower ones merge images in the GEMM)
 L1_BLOCK = 32768  # bytes of one column block of B (K rows x 16*NV columns) kept in L1 across the row blocks
