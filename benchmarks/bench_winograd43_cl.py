@@ -37,7 +37,7 @@ from plait.graph.node import Node
 from plait.schedule.plan import Plan
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_winograd5_cl import _kinds
+from bench_winograd5_cl import _kinds, print_tiles, time_tiles
 
 LAYERS = (
     "64x64x224,64x128x112,128x128x112,128x256x56,256x256x56,256x512x28,512x512x28,512x512x14,"
@@ -133,17 +133,9 @@ def _products(device: str, c: int, k: int, hw: int, batch: int) -> list[Any]:
 
 def _sweep(args: argparse.Namespace) -> None:
     """Time each layer's F(4,3) products under the tile rule's knobs and every candidate (median of --reps)."""
-    from sweep_step_gemms import _knobs
-    from sweep_wgrad_cl import _buffers
-
-    from plait.codegen import gemm
-    from plait.codegen.gemm_tc import mma_tf32_unsupported
-    from plait.errors import PlaitError
     from plait.runtime import get_device
 
     dev = get_device(args.device)
-    emu = {"MMA": 0} if mma_tf32_unsupported(dev) else {}
-    have = dev.info.extra.get("local_mem", 48 * 1024)
     start, seen = time.perf_counter(), set()
     for layer in args.layers.split(","):
         c, k, hw = (int(v) for v in layer.split("x"))
@@ -154,27 +146,8 @@ def _sweep(args: argparse.Namespace) -> None:
             if time.perf_counter() - start > args.seconds:
                 print("-- stopped: --seconds reached", flush=True)
                 return
-            knobs, kernels = [], []
-            for kn in _knobs(sp, have):
-                try:
-                    kernels.append(gemm.render_opencl(sp, {**kn, **emu}))
-                    knobs.append(kn)
-                except PlaitError as e:  # a tile this product cannot take: say so and go on
-                    print(f"   render {kn}: {str(e)[:80]}")
-            progs = dev.compile_batch([(kern.source, kern.name) for kern in kernels])
-            pool: dict[int, Any] = {}
-            bufs = _buffers(dev, sp, pool)
-            rows = []
-            for kn, kern, prog in zip(knobs, kernels, progs, strict=True):
-                launch = prog.bind(bufs, kern.global_size, kern.local_size)
-                rows.append((sorted(dev.time_launch(launch) for _ in range(args.reps))[args.reps // 2], kn))
-            for buf in pool.values():
-                dev.allocator.free(buf.nbytes, buf.handle)
-            best = sorted(rows, key=lambda r: r[0])
-            print(f"-- {layer} b{args.batch}: {sp.batch}x{sp.m}x{sp.n}x{sp.k}", flush=True)
-            lines = [f"heuristic {rows[0][0] * 1e3:.3f} ms {sp.flops / rows[0][0] / 1e12:.1f} TF {rows[0][1]}"]
-            lines += [f"{t * 1e3:.3f} ms {sp.flops / t / 1e12:.1f} TF {kn}" for t, kn in best[:5]]
-            print("   " + "\n   ".join(lines), flush=True)
+            rows = time_tiles(dev, sp, args.reps)
+            print_tiles(f"-- {layer} b{args.batch}: {sp.batch}x{sp.m}x{sp.n}x{sp.k}", sp, rows, 5)
 
 
 def main() -> None:

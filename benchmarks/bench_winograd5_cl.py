@@ -114,20 +114,50 @@ def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts:
     return list(dict.fromkeys(specs))
 
 
-def _sweep(args: argparse.Namespace, c: int, k: int, hw: int) -> None:
-    """Time each F(2,5) (or, --sweep-mode 4, F(4,5)) product under the heuristic's knobs and every candidate (median
-    of --reps events)."""
+def time_tiles(dev: Any, sp: Any, reps: int) -> list[tuple[float, dict[str, int]]]:
+    """(median seconds of `reps` timed launches, knobs) of product `sp` under the heuristic's knobs (first) and every
+    tensor-core candidate tile; a tile the product cannot take is said and skipped."""
     sys.path.insert(0, str(Path(__file__).parent))
     from sweep_step_gemms import _knobs
     from sweep_wgrad_cl import _buffers
 
     from plait.codegen import gemm
     from plait.codegen.gemm_tc import mma_tf32_unsupported
+
+    emu = {"MMA": 0} if mma_tf32_unsupported(dev) else {}
+    knobs, kernels = [], []
+    for kn in _knobs(sp, dev.info.extra.get("local_mem", 48 * 1024)):
+        try:
+            kernels.append(gemm.render_opencl(sp, {**kn, **emu}))
+            knobs.append(kn)
+        except PlaitError as e:  # a tile this product cannot take: say so and go on
+            print(f"   render {kn}: {str(e)[:80]}")
+    progs = dev.compile_batch([(kern.source, kern.name) for kern in kernels])
+    pool: dict[int, Any] = {}
+    bufs = _buffers(dev, sp, pool)
+    rows = []
+    for kn, kern, prog in zip(knobs, kernels, progs, strict=True):
+        launch = prog.bind(bufs, kern.global_size, kern.local_size)
+        rows.append((sorted(dev.time_launch(launch) for _ in range(reps))[reps // 2], kn))
+    for buf in pool.values():
+        dev.allocator.free(buf.nbytes, buf.handle)
+    return rows
+
+
+def print_tiles(header: str, sp: Any, rows: list[tuple[float, dict[str, int]]], shown: int) -> None:
+    """The heuristic's time, then the `shown` fastest tiles, with TFLOP/s."""
+    print(header, flush=True)
+    lines = [f"heuristic {rows[0][0] * 1e3:.3f} ms {sp.flops / rows[0][0] / 1e12:.1f} TF {rows[0][1]}"]
+    lines += [f"{t * 1e3:.3f} ms {sp.flops / t / 1e12:.1f} TF {kn}" for t, kn in sorted(rows, key=lambda r: r[0])]
+    print("   " + "\n   ".join(lines[: shown + 1]), flush=True)
+
+
+def _sweep(args: argparse.Namespace, c: int, k: int, hw: int) -> None:
+    """Time each F(2,5) (or, --sweep-mode 4, F(4,5)) product under the heuristic's knobs and every candidate (median
+    of --reps events)."""
     from plait.runtime import get_device
 
     dev = get_device(args.device)
-    emu = {"MMA": 0} if mma_tf32_unsupported(dev) else {}
-    have = dev.info.extra.get("local_mem", 48 * 1024)
     start, seen = time.perf_counter(), set()
     for parts in args.parts:
         for sp in _products(args.device, c, k, hw, args.pad, args.batch, parts, args.sweep_mode):
@@ -137,28 +167,8 @@ def _sweep(args: argparse.Namespace, c: int, k: int, hw: int) -> None:
             if time.perf_counter() - start > args.seconds:
                 print("-- stopped: --seconds reached", flush=True)
                 return
-            knobs, kernels = [], []
-            for kn in _knobs(sp, have):
-                try:
-                    kernels.append(gemm.render_opencl(sp, {**kn, **emu}))
-                    knobs.append(kn)
-                except PlaitError as e:  # a tile this product cannot take: say so and go on
-                    print(f"   render {kn}: {str(e)[:80]}")
-            progs = dev.compile_batch([(kern.source, kern.name) for kern in kernels])
-            pool: dict[int, Any] = {}
-            bufs = _buffers(dev, sp, pool)
-            rows = []
-            for kn, kern, prog in zip(knobs, kernels, progs, strict=True):
-                launch = prog.bind(bufs, kern.global_size, kern.local_size)
-                rows.append((sorted(dev.time_launch(launch) for _ in range(args.reps))[args.reps // 2], kn))
-            for buf in pool.values():
-                dev.allocator.free(buf.nbytes, buf.handle)
-            print(f"-- {sp.batch}x{sp.m}x{sp.n}x{sp.k} a={sp.a} b={sp.b} inner={sp.inner}", flush=True)
-            lines = [f"heuristic {rows[0][0] * 1e3:.3f} ms {sp.flops / rows[0][0] / 1e12:.1f} TF {rows[0][1]}"]
-            lines += [
-                f"{t * 1e3:.3f} ms {sp.flops / t / 1e12:.1f} TF {kn}" for t, kn in sorted(rows, key=lambda r: r[0])
-            ]
-            print("   " + "\n   ".join(lines[:7]), flush=True)
+            rows = time_tiles(dev, sp, args.reps)
+            print_tiles(f"-- {sp.batch}x{sp.m}x{sp.n}x{sp.k} a={sp.a} b={sp.b} inner={sp.inner}", sp, rows, 6)
 
 
 def main() -> None:
