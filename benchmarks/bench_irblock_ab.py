@@ -1,6 +1,6 @@
 """A/B of the fused inverted-residual blocks (plait/schedule/irblock.py) on a benchmark CNN's twin at inference, in one
 process: plan A is built with the fusion off (irblock.MAX_PIXELS = 0: the expand, depthwise and projection kernels
-apart), plan B with input planes up to --pixels fused; their replays take turns, three at a time after one untimed
+apart) or with input planes up to --pixels-a fused, plan B with input planes up to --pixels fused; their replays take turns, three at a time after one untimed
 replay, the order reversed every round, so load from other jobs falls on both alike. --onnx builds both from the model
 exported to ONNX (plait.onnx, timed through InferenceSession.run) instead of plait's twin; --ort times ONNX Runtime
 (CPU provider, PLAIT_NUM_THREADS intra-op threads) in the same rotation. --fifo runs every thread at SCHED_FIFO
@@ -55,6 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", choices=MODELS)
     ap.add_argument("--pixels", type=int, default=irblock.MAX_PIXELS, help="plan B fuses input planes up to this")
+    ap.add_argument("--pixels-a", type=int, default=0, help="plan A fuses input planes up to this (0: none)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--fifo", action="store_true")
@@ -63,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     model = export(args.model) if args.onnx or args.ort else None
-    run_a, ya, plans_a = build(args.model, x, 0, model if args.onnx else None)
+    run_a, ya, plans_a = build(args.model, x, args.pixels_a, model if args.onnx else None)
     run_b, yb, plans_b = build(args.model, x, args.pixels, model if args.onnx else None)
     runs = {"A": run_a, "B": run_b}
     if args.ort:
@@ -93,8 +94,10 @@ def main() -> None:
         "model": args.model + (" (ONNX)" if args.onnx else " (twin)"),
         "batch": args.batch,
         "threads": os.environ.get("OMP_NUM_THREADS"),
-        "pixels": args.pixels,
-        "fused blocks": sum(k.name.startswith("IRBLOCK") for p in plans_b for k in p.kernels),
+        "pixels A, B": [args.pixels_a, args.pixels],
+        "fused blocks A, B": [
+            sum(k.name.startswith("IRBLOCK") for p in ps for k in p.kernels) for ps in (plans_a, plans_b)
+        ],
         "kernels A, B": [sum(len(p.kernels) for p in plans) for plans in (plans_a, plans_b)],
         "max abs diff": float(np.abs(ya - yb).max()),
         "max abs output": float(np.abs(ya).max()),

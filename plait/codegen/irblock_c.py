@@ -28,9 +28,14 @@ from plait.codegen.gemm_c import VW
 
 MR = 7  # pixels per register tile (mobilenet_v2's planes are multiples of 7 wide)
 NV = 3  # channel vectors per register tile: 7 x 3 accumulators, 3 weight vectors and a broadcast
-GP = NV * VW  # channels per packed weight panel (the expanded channels split among threads in whole panels)
+GP = NV * VW  # channels per packed weight panel (the expanded channels must be whole panels)
 KC = 256  # input channels per k block of the projection: a group's block of weights (48 KB) stays in L1
 L2_CHUNK = 1 << 20  # bytes of one chunk's scratch (bordered expanded plane + depthwise output) kept in L2
+# Input planes of more pixels are split among threads by output rows: on a 56x56 plane, the rows a strip's border
+# expands twice cost 4% more expand work, while a split by channels would make each thread read the whole input and
+# write and add a partial projection of the whole plane. Smaller planes are split by channels (on a 7x7 plane, strips
+# of rows would expand 29-43% more).
+ROWS_PIXELS = 784
 
 
 @dataclass(frozen=True)
@@ -59,10 +64,10 @@ class IRBlockPlan:
         return -(-self.m2 // VW) * VW
 
     @property
-    def chunk_vectors(self) -> int:
-        """Most channel vectors per chunk: its bordered plane and depthwise output fit in L2_CHUNK bytes."""
-        per_vector = ((self.h + 2) * (self.w + 2) + self.ho * self.wo) * VW * 4
-        return max(NV, L2_CHUNK // per_vector // NV * NV)
+    def by_rows(self) -> bool:
+        """Whether several threads split the block by output rows (planes over ROWS_PIXELS pixels), not by
+        channels."""
+        return self.h * self.w > ROWS_PIXELS
 
 
 def _tile(nv: int) -> str:
@@ -146,45 +151,63 @@ def render(
     """The kernel C = block(X) with U1 (cin x c1), UD (9 x c1) and U2 (c1 x m2p) packed at plan build; its
     parameters are C, X, U1, UD, U2, then each stage's epilogue buffers (x*, d*, y* in stage order)."""
     hw, howo, wp = p.h * p.w, p.ho * p.wo, p.w + 2
-    cmax = min(p.c1, p.chunk_vectors * VW)  # most channels of one chunk
-    scratch = -(-(((p.h + 2) * wp + howo) * cmax + MR * max(p.cin, cmax) + MR * NV * VW) // VW) * VW
     s1, r1, prm1 = _epilogue(r, epilogues[0], "x", p.c1, hw, "c0 + j", "q")
     s2, r2, prm2 = _epilogue(r, epilogues[1], "d", p.c1, howo, "c0 + j", "o")
     s3, r3, prm3 = _epilogue(r, epilogues[2], "y", p.m2, howo, "ch", "j")
+    lines = GP // VW  # 64-byte lines of one packed panel's row
     body = f"""  const int cin = {p.cin}, c1 = {p.c1}, m2 = {p.m2}, m2p = {p.m2p}, h = {p.h}, w = {p.w}, ho = {p.ho}, wo = {p.wo};
-  int threads = omp_get_num_threads(), groups = c1 / {GP};
-  /* per thread: its scratch (bordered expanded plane, depthwise output, a partial tile's pixels, a tile's sums),
-     then its partial projection (m2 x ho*wo); one thread projects straight into C */
-  long own = ({scratch} + (long)(threads > 1) * m2 * {howo} + {VW - 1}) / {VW} * {VW};
+  int threads = omp_get_num_threads(), vectors = c1 / {VW};
+  /* wide planes split by output rows (each thread all channels, its strip's border rows expanded twice, no partial
+     sums), small ones by channels */
+  int by_rows = {int(p.by_rows)} && threads > 1;
+  int strip = by_rows ? (ho + threads - 1) / threads : ho, eh = (strip - 1) * {p.stride} + 3;
+  /* channel vectors per chunk: the chunk's bordered strip and depthwise output fit in L2_CHUNK bytes */
+  long per_vector = ((long)eh * {wp} + (long)strip * wo) * {VW};
+  int chunkv = (int)({L2_CHUNK // 4} / per_vector / {NV} * {NV});
+  if (chunkv < {NV}) chunkv = {NV};
+  int cmax = c1 < chunkv * {VW} ? c1 : chunkv * {VW};
+  /* per thread: its scratch (bordered expanded strip, depthwise output, a partial tile's pixels, a tile's sums),
+     then, when the channels are split, its partial projection (m2 x ho*wo); otherwise it projects straight into C */
+  long scratch = ((per_vector / {VW}) * cmax + {MR} * (cin > cmax ? cin : cmax) + {MR * NV * VW} + {VW - 1}) / {VW} * {VW};
+  int partial = threads > 1 && !by_rows;
+  long own = scratch + (long)partial * m2 * {howo};
   float* parts = plait_irb_parts((size_t)(threads * own));
 #pragma omp for schedule(static) nowait
   for (int t = 0; t < threads; t++) {{
-    float* part = threads > 1 ? parts + t * own + {scratch} : C;
-    int v0 = groups * t / threads * {NV}, v1 = groups * (t + 1) / threads * {NV};
+    float* part = partial ? parts + t * own + scratch : C;
+    int v0 = by_rows ? 0 : vectors * t / threads, v1 = by_rows ? vectors : vectors * (t + 1) / threads;
+    int oy0 = by_rows ? ho * t / threads : 0, oy1 = by_rows ? ho * (t + 1) / threads : ho;
     if (v0 == v1) memset(part, 0, sizeof(float) * (size_t)m2 * {howo});
-    for (int cv = v0; cv < v1; cv += {p.chunk_vectors}) {{
-      int nvc = v1 - cv < {p.chunk_vectors} ? v1 - cv : {p.chunk_vectors}, cc = nvc * {VW}, c0 = cv * {VW};
+    /* the strip's bordered rows ya..yb of the expanded plane (row -1 and row h are the zero border), its pixels
+       qa..qb of the input, its npx output pixels from obase */
+    int ya = oy0 * {p.stride} - 1, yb = (oy1 - 1) * {p.stride} + 1, npx = (oy1 - oy0) * wo;
+    int qa = (ya < 0 ? 0 : ya) * w, qb = (yb < h ? yb + 1 : h) * w, tiles = (qb - qa + {MR - 1}) / {MR};
+    long obase = (long)oy0 * wo, step = (cin * {lines} + tiles - 1) / (tiles > 0 ? tiles : 1);
+    for (int cv = v0; cv < v1 && oy0 < oy1; cv += chunkv) {{
+      int nvc = v1 - cv < chunkv ? v1 - cv : chunkv, cc = nvc * {VW}, c0 = cv * {VW};
       float* e = parts + t * own;
-      float* d = e + (long){(p.h + 2) * wp} * cc;
-      float* xt = d + (long){howo} * cc;
-      float* tile = xt + {MR * max(p.cin, cmax)};
-      /* the zero border of the expanded plane (the depthwise window's padding) */
-      memset(e, 0, sizeof(float) * (size_t)({wp} * cc));
-      memset(e + (long)(h + 1) * {wp} * cc, 0, sizeof(float) * (size_t)({wp} * cc));
-      for (int y = 1; y <= h; y++) {{
+      float* d = e + (long)(yb - ya + 1) * {wp} * cc;
+      float* xt = d + (long)npx * cc;
+      float* tile = xt + {MR} * (cin > cmax ? cin : cmax);
+      /* the zero border of the expanded strip (the depthwise window's padding) */
+      if (ya < 0) memset(e, 0, sizeof(float) * (size_t)({wp} * cc));
+      if (yb >= h) memset(e + (long)(yb - ya) * {wp} * cc, 0, sizeof(float) * (size_t)({wp} * cc));
+      for (int y = 0; y <= yb - ya; y++) {{
         memset(e + (long)y * {wp} * cc, 0, sizeof(float) * (size_t)cc);
         memset(e + ((long)y * {wp} + w + 1) * cc, 0, sizeof(float) * (size_t)cc);
       }}
-      /* expand: a panel of {NV} channel vectors (its weights stay in L1, the next panel's are prefetched into L2
-         meanwhile) over every tile of {MR} pixels, each tile's sums through the expand's epilogue into the bordered
-         plane */
-      plait_irb_prefetch(U1 + (long)c0 * cin, 0, cin * {GP // VW});
-      for (int g = 0; g < nvc; g += {NV}) {{
-        int nv = {NV};
-        const float* w1 = U1 + (long)(c0 + g * {VW}) * cin;
-        for (int q0 = 0, l0 = 0; q0 < {hw}; q0 += {MR}, l0 += {-(-p.cin * (GP // VW) // -(-hw // MR))}) {{
-          if (g + {NV} < nvc) plait_irb_prefetch(w1 + (long)cin * {GP}, l0, l0 + {-(-p.cin * (GP // VW) // -(-hw // MR))} < cin * {GP // VW} ? l0 + {-(-p.cin * (GP // VW) // -(-hw // MR))} : cin * {GP // VW});
-          int px = {hw} - q0 < {MR} ? {hw} - q0 : {MR};
+      /* expand: up to {NV} channel vectors of one packed panel (their weights stay in L1, the next panel's are
+         prefetched into L2 meanwhile, a share per pixel tile) over every tile of {MR} pixels, each tile's sums
+         through the expand's epilogue into the bordered strip; a thread's run of vectors may start and end inside a
+         panel, so that two threads split 144 channels 64:80, not 48:96 */
+      plait_irb_prefetch(U1 + (long)(cv / {NV}) * cin * {GP}, 0, cin * {lines});
+      for (int g = 0, nv; g < nvc; g += nv) {{
+        int off = (cv + g) % {NV};
+        nv = {NV} - off < nvc - g ? {NV} - off : nvc - g;
+        const float* w1 = U1 + (long)((cv + g) / {NV}) * cin * {GP} + off * {VW};
+        for (int q0 = qa, l0 = 0; q0 < qb; q0 += {MR}, l0 += step) {{
+          if (g + nv < nvc) plait_irb_prefetch(w1 - off * {VW} + (long)cin * {GP}, l0, l0 + step < cin * {lines} ? l0 + step : cin * {lines});
+          int px = qb - q0 < {MR} ? qb - q0 : {MR};
           const float* xs = X + q0;
           long sxp = {hw};
           if (px < {MR}) {{ /* a partial tile: its pixels copied, zero-padded */
@@ -196,7 +219,7 @@ def render(
           plait_irb_tile(nv, cin, w1, {GP}, xs, sxp, 1, tile);
           for (int i = 0; i < px; i++) {{
             int q = q0 + i;
-            float* dst = e + ((long)(q / w + 1) * {wp} + q % w + 1) * cc + g * {VW};
+            float* dst = e + ((long)(q / w - ya) * {wp} + q % w + 1) * cc + g * {VW};
             const float* src = tile + i * nv * {VW};
 #pragma omp simd
             for (int j = g * {VW}; j < (g + nv) * {VW}; j++) {{
@@ -206,17 +229,17 @@ def render(
           }}
         }}
       }}
-      /* depthwise 3x3 over the bordered plane, then its epilogue; meanwhile this chunk's rows of the projection's
+      /* depthwise 3x3 over the bordered strip, then its epilogue; meanwhile this chunk's rows of the projection's
          panels are prefetched into L2, a share per output row */
-      for (int oy = 0; oy < ho; oy++) {{
+      for (int oy = oy0; oy < oy1; oy++) {{
         for (int pn = 0; pn < {-(-p.m2 // GP)}; pn++) {{
-          long n2 = (long)cc * {GP // VW}, sh = (n2 + ho - 1) / ho, l0 = oy * sh, l1 = l0 + sh < n2 ? l0 + sh : n2;
-          plait_irb_prefetch(U2 + ((long)pn * c1 + c0) * {GP}, l0, l1);
+          long n2 = (long)cc * {lines}, sh = (n2 + oy1 - oy0 - 1) / (oy1 - oy0), l0 = (oy - oy0) * sh;
+          plait_irb_prefetch(U2 + ((long)pn * c1 + c0) * {GP}, l0, l0 + sh < n2 ? l0 + sh : n2);
         }}
         for (int v = 0; v < nvc; v++) {{
           plait_v16 k9[9];
           for (int tp = 0; tp < 9; tp++) k9[tp] = *(const plait_v16*)(UD + (long)tp * c1 + c0 + v * {VW});
-          const float* row = e + (long)oy * {p.stride} * {wp} * cc + v * {VW};
+          const float* row = e + (long)(oy - oy0) * {p.stride} * {wp} * cc + v * {VW};
           for (int ox = 0; ox < wo; ox++) {{
             const float* t0 = row + (long)ox * {p.stride} * cc;
             plait_v16 acc = (plait_v16){{0}};
@@ -224,12 +247,12 @@ def render(
             for (int dy = 0; dy < 3; dy++)
 #pragma GCC unroll 3
               for (int dx = 0; dx < 3; dx++) acc += *(const plait_v16*)(t0 + ((long)dy * {wp} + dx) * cc) * k9[dy * 3 + dx];
-            *(plait_v16*)(d + ((long)oy * wo + ox) * cc + v * {VW}) = acc;
+            *(plait_v16*)(d + ((long)(oy - oy0) * wo + ox) * cc + v * {VW}) = acc;
           }}
         }}
         for (int ox = 0; ox < wo; ox++) {{
           int o = oy * wo + ox;
-          float* dp = d + (long)o * cc;
+          float* dp = d + (long)(o - obase) * cc;
 #pragma omp simd
           for (int j = 0; j < cc; j++) {{
             float v = dp[j];
@@ -237,16 +260,17 @@ def render(
           }}
         }}
       }}
-      /* project: this chunk's channels into the partial sums, a group of up to {NV} output vectors over k blocks
-         of up to {KC} channels (the group's block of weights stays in L1) over every tile of {MR} pixels */
+      /* project: this chunk's channels into the partial sums (or the strip's rows of C), a group of up to {NV}
+         output vectors over k blocks of up to {KC} channels (the group's block of weights stays in L1) over every
+         tile of {MR} pixels */
       for (int g = 0; g < m2p / {VW}; g += {NV}) {{
         int nv = m2p / {VW} - g < {NV} ? m2p / {VW} - g : {NV};
         const float* w2 = U2 + (long)(g / {NV}) * c1 * {GP};
         int rows = m2 - g * {VW} < nv * {VW} ? m2 - g * {VW} : nv * {VW};
         for (int k0 = 0; k0 < cc; k0 += {KC}) {{
           int kc = cc - k0 < {KC} ? cc - k0 : {KC}, add = cv > v0 || k0 > 0;
-          for (int q0 = 0; q0 < {howo}; q0 += {MR}) {{
-            int px = {howo} - q0 < {MR} ? {howo} - q0 : {MR};
+          for (int q0 = 0; q0 < npx; q0 += {MR}) {{
+            int px = npx - q0 < {MR} ? npx - q0 : {MR};
             const float* ds = d + (long)q0 * cc + k0;
             long sxp = 1, sxi = cc;
             if (px < {MR}) {{
@@ -258,7 +282,7 @@ def render(
             }}
             plait_irb_tile(nv, kc, w2 + (long)(c0 + k0) * {GP}, {GP}, ds, sxp, sxi, tile);
             for (int ch = 0; ch < rows; ch++) {{
-              float* dst = part + (long)(g * {VW} + ch) * {howo} + q0;
+              float* dst = part + (long)(g * {VW} + ch) * {howo} + obase + q0;
               if (add)
                 for (int i = 0; i < px; i++) dst[i] += tile[i * nv * {VW} + ch];
               else
@@ -268,20 +292,31 @@ def render(
         }}
       }}
     }}
-  }}
-  plait_team_barrier();
-  /* the partial sums added by output channel, then the epilogue */
-#pragma omp for schedule(static) nowait
-  for (int ch = 0; ch < m2; ch++) {{
-    float* out = C + (long)ch * {howo};
+    if (by_rows) /* the strip's rows of C through the projection's epilogue */
+      for (int ch = 0; ch < m2; ch++) {{
+        float* out = C + (long)ch * {howo};
 #pragma omp simd
-    for (int j = 0; j < {howo}; j++) {{
-      float v = out[j];
-      if (threads > 1) {{
-        v = 0.0f;
-        for (int t = 0; t < threads; t++) v += parts[t * own + {scratch} + (long)ch * {howo} + j];
+        for (int j = (int)obase; j < (int)obase + npx; j++) {{
+          float v = out[j];
+{s3}          out[j] = {r3};
+        }}
       }}
-{s3}      out[j] = {r3};
+  }}
+  if (!by_rows) {{
+    plait_team_barrier();
+    /* the partial sums added by output channel, then the epilogue */
+#pragma omp for schedule(static) nowait
+    for (int ch = 0; ch < m2; ch++) {{
+      float* out = C + (long)ch * {howo};
+#pragma omp simd
+      for (int j = 0; j < {howo}; j++) {{
+        float v = out[j];
+        if (partial) {{
+          v = 0.0f;
+          for (int t = 0; t < threads; t++) v += parts[t * own + scratch + (long)ch * {howo} + j];
+        }}
+{s3}        out[j] = {r3};
+      }}
     }}
   }}
 """

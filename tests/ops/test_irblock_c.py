@@ -1,9 +1,9 @@
 """The `cpu` device's fused inverted-residual block at inference (IRBLOCK, plait/codegen/irblock_c.py via
 plait/schedule/irblock.py): expand 1x1 -> depthwise 3x3 -> project 1x1, each with a batch-norm-style epilogue (ReLU6
-after the first two), with and without the residual add, stride 1 and 2, odd planes, at one, two and three threads
-(the expanded channels split among threads in whole panels, a thread with none); against PyTorch. And the rules
-that keep the three kernels: weights passed per call (a training step's), an expanded tensor someone else reads,
-expanded channels that are not whole panels of 48."""
+after the first two), with and without the residual add, stride 1 and 2, odd planes, at one, two and four threads
+(the expanded channels split among threads by vectors of 16, a thread's run starting or ending inside a packed panel
+of 48, a thread with none); against PyTorch. And the rules that keep the three kernels: weights passed per call (a
+training step's), an expanded tensor someone else reads, expanded channels that are not whole panels of 48."""
 
 import ctypes
 from collections.abc import Iterator
@@ -20,7 +20,7 @@ from tests.helpers import assert_close, rand
 _GOMP = ctypes.CDLL("libgomp.so.1")
 
 
-@pytest.fixture(params=[1, 2, 3], ids=["1-thread", "2-threads", "3-threads"])
+@pytest.fixture(params=[1, 2, 4], ids=["1-thread", "2-threads", "4-threads"])
 def team_size(request: pytest.FixtureRequest) -> Iterator[int]:
     """Regions opened from the test's thread (standalone kernels and team runs) use `request.param` threads."""
     before = _GOMP.omp_get_max_threads()
@@ -66,25 +66,31 @@ def _kinds(f: plait.jit, x: np.ndarray) -> list[str]:
     return [k.name.split("_")[0] for k in plan.kernels]
 
 
-CASES = [  # input channels, expanded channels, output channels, plane side, stride, residual
-    (16, 96, 16, 14, 1, True),  # mobilenet_v2-like, two panels of 48
-    (16, 96, 24, 14, 2, False),  # stride 2 on an even plane
-    (24, 144, 40, 13, 2, False),  # stride 2 on an odd plane, three panels
-    (24, 144, 24, 5, 1, True),  # 25 pixels: a partial pixel tile in both products
-    (20, 48, 20, 9, 1, True),  # one panel: a second thread has no channels
-    (40, 192, 70, 11, 2, False),  # 70 output channels: a partial vector and a partial panel
+CASES = [  # input channels, expanded channels, output channels, plane (height, width), stride, residual
+    (16, 96, 16, (14, 14), 1, True),  # mobilenet_v2-like, two panels of 48 (at four threads, runs inside panels)
+    (16, 96, 24, (14, 14), 2, False),  # stride 2 on an even plane
+    (24, 144, 40, (13, 13), 2, False),  # stride 2 on an odd plane, three panels (two threads split them 64:80)
+    (24, 144, 24, (5, 5), 1, True),  # 25 pixels: a partial pixel tile in both products
+    (20, 48, 20, (9, 9), 1, True),  # one panel of three vectors: a fourth thread has no channels
+    (40, 192, 70, (11, 11), 2, False),  # 70 output channels: a partial vector and a partial panel
+    # planes over 784 pixels: threads split the output rows, each expanding its strip's border rows
+    (12, 48, 12, (29, 29), 1, True),
+    (8, 96, 20, (31, 31), 2, False),  # odd plane: the last strip's bottom border is the zero row
+    (8, 48, 8, (2, 400), 2, False),  # one output row: a second thread has no rows
 ]
 
 
 @pytest.mark.parametrize(("cin", "c1", "m2", "hw", "stride", "residual"), CASES)
-def test_block_matches_torch(cin: int, c1: int, m2: int, hw: int, stride: int, residual: bool, team_size: int) -> None:
+def test_block_matches_torch(
+    cin: int, c1: int, m2: int, hw: tuple[int, int], stride: int, residual: bool, team_size: int
+) -> None:
     """As a team run (twice: a replay reads the weights packed when the plan was built) and launched alone."""
-    x, ws = rand((1, cin, hw, hw)), _weights(cin, c1, m2)
+    x, ws = rand((1, cin, *hw)), _weights(cin, c1, m2)
     f = _plait_block(ws, stride, residual)
     plan, _ = f.plan_for([x])
     assert [k.name.split("_")[0] for k in plan.kernels] == ["IRBLOCK"]
     ref = _torch_block(x, ws, stride, residual)
-    what = f"block {cin}->{c1}->{m2} {hw}x{hw} s{stride}, {team_size} threads"
+    what = f"block {cin}->{c1}->{m2} {hw[0]}x{hw[1]} s{stride}, {team_size} threads"
     for _ in range(2):
         assert_close(f(x), ref, "float32", what, tol_scale=10)
     run_launches(plan.device, plan.launches)
