@@ -6,8 +6,7 @@ PyTorch in float64 relative to the reference's largest magnitude.
 
 The default layer is alexnet's 5x5 one (64 -> 192 channels, 27x27, padding 2). The graph is that of
 sum(conv2d(x, w, padding) * g) with x and w requiring gradients, as `_conv_vjp` builds it in a training step;
-PLAIT_WINOGRAD_CL=off is the direct form, =2 F(2,5) everywhere, =4 F(4,5) for the forward and input gradient (the
-weight gradient stays F(2,5)).
+PLAIT_WINOGRAD_CL=off is the direct form, =2 F(2,5) everywhere, =4 F(4,5) everywhere.
 
     tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --device opencl:0 --batch 64
     PLAIT_TEST_DEVICES=opencl:0 python3 benchmarks/bench_winograd5_cl.py --batch 2 --reps 1   # rounding on PoCL
@@ -15,10 +14,10 @@ weight gradient stays F(2,5)).
 `--sweep` instead times the layer's F(2,5) products alone (the batched GEMMs of the three parts' plan, as the
 scheduler lays them out, on random operands): the tile heuristic's knobs and every tensor-core candidate
 (benchmarks/sweep_step_gemms.py's list), the weight gradient's product also in other K chunk counts (`--parts`);
-with `--sweep-mode 4` the F(4,5) forward's and input gradient's 64 products instead:
+with `--sweep-mode 4` the F(4,5) products (64 of them) instead:
 
     tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --sweep --parts 1 2 4 6 10
-    tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --sweep --sweep-mode 4
+    tools/gpu-run.sh python3 benchmarks/bench_winograd5_cl.py --sweep --sweep-mode 4 --parts 2 3 4 6 8
 """
 
 from __future__ import annotations
@@ -87,15 +86,19 @@ def _kinds(plan: Plan, reps: int) -> tuple[float, str]:
 
 def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts: int, mode: str = "2") -> list[Any]:
     """The distinct Winograd product GemmSpecs of the layer's three parts in one plan under PLAIT_WINOGRAD_CL=`mode`:
-    with '2' the F(2,5) ones (batch a multiple of 36), the weight gradient's product in `parts` K chunks (the
-    64x64-tile target set to make that many); with '4' the F(4,5) forward's and input gradient's (batch 64)."""
+    with '2' the F(2,5) ones (batch a multiple of 36), with '4' the F(4,5) ones (64); the weight gradient's product
+    in `parts` K chunks (the 64x64-tile target set to make that many, the shortest chunk to allow them)."""
     from plait.codegen import winograd_cl
     from plait.runtime import get_device
     from plait.schedule.scheduler import schedule
 
     r = get_device(device).renderer
-    saved = winograd_cl.R5_WGRAD_TILE_TARGET
-    winograd_cl.R5_WGRAD_TILE_TARGET = 36 * -(-k // 64) * -(-c // 64) * parts
+    xis = 64 if mode == "4" else 36
+    names = ("R45_WGRAD_TILE_TARGET", "R45_WGRAD_MIN_CHUNK") if mode == "4" else ("R5_WGRAD_TILE_TARGET",)
+    saved = [getattr(winograd_cl, name) for name in names]
+    setattr(winograd_cl, names[0], xis * -(-k // 64) * -(-c // 64) * parts)
+    if mode == "4":
+        setattr(winograd_cl, names[1], winograd_cl.WGRAD_CHUNK_UNIT)
     try:  # the graph's weight gradient makes its plan (and chunk count) as it is built
         nodes, _, _ = _graphs(device, c, k, hw, pad, batch, mode)
         with settings.override(PLAIT_WINOGRAD_CL=mode):
@@ -108,8 +111,8 @@ def _products(device: str, c: int, k: int, hw: int, pad: int, batch: int, parts:
                 winograd_cl=True,
             )
     finally:
-        winograd_cl.R5_WGRAD_TILE_TARGET = saved
-    xis = 64 if mode == "4" else 36
+        for name, value in zip(names, saved, strict=True):
+            setattr(winograd_cl, name, value)
     specs = [it.gemm for it in items if it.kind == "gemm" and it.gemm is not None and it.gemm.batch % xis == 0]
     return list(dict.fromkeys(specs))
 

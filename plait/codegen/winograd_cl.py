@@ -31,6 +31,9 @@ outputs: 36 products per 16 outputs instead of 144, V and M 2.25x the image and 
 so it also wins on 64-channel layers, where F(2, 3)'s traffic lost (`_auto43`). Its transforms' larger coefficients
 round about ten times coarser than F(2, 3)'s (about 5e-6 of the largest output against float64 on the H100's 3xTF32
 products, 2e-7 for F(2, 3)). Weight gradients stay F(2, 3), so a training forward on F(4, 3) makes its own V.
+
+F(4, 5) (`m` = 4, `r` = 5) runs 5x5 forwards, input gradients and weight gradients with 8x8 tiles, 64 products per
+4x4 outputs; a training forward and its weight gradient share V as F(2, 3)'s do.
 """
 
 from __future__ import annotations
@@ -132,9 +135,14 @@ LOCAL = 128  # work-items per work-group of the transform kernels
 R5_AUTO = True
 R5_MIN_CHANNELS = 64
 R5_MIN_TILES = 4096
-# 5x5 forwards and input gradients that 'auto' gives Winograd run as F(4, 5); weight gradients stay F(2, 5), so a
-# training forward on F(4, 5) makes its own V.
+# 5x5 forwards and input gradients that 'auto' gives Winograd run as F(4, 5)
 R45_AUTO = True
+# ... and so do 5x5 weight gradients, with R45_WGRAD: dy's 4x4 tiles transformed to 8x8 (A dy A^T) and 64 products
+# over a quarter of F(2, 5)'s tiles, whose V the F(4, 5) training forward then shares. Their K chunks aim for
+# R45_WGRAD_TILE_TARGET 64x64 tiles in chunks of at least R45_WGRAD_MIN_CHUNK tile columns
+R45_WGRAD = True
+R45_WGRAD_TILE_TARGET = 1296
+R45_WGRAD_MIN_CHUNK = 512
 
 
 @dataclass(frozen=True)
@@ -303,7 +311,8 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     over the tiles) run on the GEMM in `parts` K chunks, and `render_wgrad` sums the chunks and applies G^T . G.
     That is 16 multiplies per channel pair and 2x2 outputs where the direct product does 36. PLAIT_WINOGRAD_CL
     decides as for the forward: 'auto' with MIN_CHANNELS output and WGRAD_MIN_IN input channels and MIN_TILES
-    tiles (WGRAD_MIN_TILES_NARROW under MIN_CHANNELS input channels), 'off' never, '2' and '4' always (F(2, r))."""
+    tiles (WGRAD_MIN_TILES_NARROW under MIN_CHANNELS input channels), 'off' never, '2' and '4' always: F(2, r),
+    except 5x5 ones as F(4, 5) under '4' and, with R45_WGRAD, under 'auto'."""
     r = _square(win)
     if not r:
         return None
@@ -318,12 +327,18 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
         return None
     if r == 5 and mode == "auto" and not _auto5(win.c, k, base.tiles):
         return None
-    wide = base.xis * (k // 128) * (win.c // 128) if k % 128 == 0 and win.c % 128 == 0 else 0
+    if r == 5 and (mode == "4" or (mode == "auto" and R45_WGRAD)):
+        base = replace(base, m=4)
+    wide = base.xis * (k // 128) * (win.c // 128) if k % 128 == 0 and win.c % 128 == 0 and base.m == 2 else 0
     parts = _wgrad_parts(base.tiles, wide, WGRAD_WIDE_TARGET, WGRAD_WIDE_MIN_CHUNK) if wide else 0
     if parts * wide < WGRAD_WIDE_TARGET or _chunk(base.tiles, max(parts, 1)) < WGRAD_WIDE_MIN_CHUNK:
         # too few 128x128 tiles or too short chunks: 64x64 ones (the generic weight-gradient rule)
-        target = WGRAD_TILE_TARGET if r == 3 else R5_WGRAD_TILE_TARGET
-        parts = _wgrad_parts(base.tiles, base.xis * -(-k // 64) * -(-win.c // 64), target)
+        target, shortest = (
+            (R45_WGRAD_TILE_TARGET, R45_WGRAD_MIN_CHUNK)
+            if base.m == 4
+            else (WGRAD_TILE_TARGET if r == 3 else R5_WGRAD_TILE_TARGET, WGRAD_MIN_CHUNK)
+        )
+        parts = _wgrad_parts(base.tiles, base.xis * -(-k // 64) * -(-win.c // 64), target, shortest)
     return replace(base, pad=WGRAD_CHUNK_UNIT * parts, parts=parts)
 
 

@@ -1,8 +1,8 @@
 """Winograd F(2,5) and F(4,5) for 5x5 stride-1 convolutions on OpenCL (plait/codegen/winograd_cl.py with r = 5:
 6x6 input tiles and 36 products per 2x2 outputs, or 8x8 tiles and 64 products per 4x4 outputs) against PyTorch in
 float64: the forward with a fused epilogue, the training convolution's forward (batch folded), input gradient (a 5x5
-convolution of dy with the flipped weight, which takes the same path) and weight gradient (always F(2,5)), and the
-per-layer choice of PLAIT_WINOGRAD_CL.
+convolution of dy with the flipped weight, which takes the same path) and weight gradient, and the per-layer choice
+of PLAIT_WINOGRAD_CL.
 
 Tolerance: F(2,5)'s transforms mix up to 6 inputs with coefficients up to 5 (B^T) and 2/3 (G), so FP32 rounding
 grows past F(2,3)'s: within TOL times the largest magnitude of the float64 reference (the direct product meets
@@ -72,9 +72,8 @@ def test_f25_forward_matches_torch(device: str, m: int, geo: tuple[int, ...]) ->
 @pytest.mark.parametrize(("m", "pad"), [(2, 2), (2, 1), (4, 2), (4, 1)])
 def test_f25_training_gradients_match_torch(device: str, m: int, pad: int) -> None:
     """The training convolution's output, input gradient and weight gradient in one plan (16 output channels: the
-    forward folds the batch into its columns, as in a training step): the forward and input gradient by F(m,5), the
-    weight gradient by F(2,5). With m = 2 the forward takes the weight gradient's input transform; F(4,5)'s forward
-    makes its own."""
+    forward folds the batch into its columns, as in a training step), all three by F(m,5); the forward takes the
+    weight gradient's input transform."""
     n, c, k, h, w = 2, 6, 16, 9, 8
     xa, wa, _, ga = _data(n, c, k, h, w, pad, seed=3)
     x = plait.tensor(xa, device=device, requires_grad=True)
@@ -86,9 +85,8 @@ def test_f25_training_gradients_match_torch(device: str, m: int, pad: int) -> No
         grads = autodiff.gradients(loss.node, seed, [x.node, wt.node])
         plan = Plan([out.node, grads[x.node.uid], grads[wt.node.uid]])
     names = [kern.name.split("_")[0] for kern in plan.kernels]
-    ins = {"WINOIN2R5": 2} if m == 2 else {"WINOIN2R5": 1, "WINOIN4R5": 2}  # F(4,5): the forward's own V and dx's
-    assert {v: names.count(v) for v in names if v.startswith("WINOIN")} == ins, names
-    assert "WINODY2R5" in names and "WINOWG2R5" in names, names
+    assert {v: names.count(v) for v in names if v.startswith("WINOIN")} == {f"WINOIN{m}R5": 2}, names  # x's, dy's
+    assert f"WINODY{m}R5" in names and f"WINOWG{m}R5" in names, names
     assert f"WINOOUT{m}FR5" in names and f"WINOOUT{m}R5" in names, names  # folded forward, then the input gradient
     got_out, got_dx, got_dw = plan()
     xr = torch.tensor(xa, dtype=torch.float64, requires_grad=True)
@@ -126,10 +124,10 @@ def test_f25_auto_choice(geo: tuple[int, ...], stride: int, forward: bool, wgrad
         wplan = winograd_cl.wgrad_plan(Window(n, c, h, w, 5, 5, stride, stride, 2, 2), k)
     assert (plan is not None) == (forward and winograd_cl.R5_AUTO)
     assert (wplan is not None) == (wgrad and winograd_cl.R5_AUTO)
-    if plan is not None:  # the forward and input gradient F(4,5) with R45_AUTO, the weight gradient F(2,5)
+    if plan is not None:  # the forward and input gradient F(4,5) with R45_AUTO, the weight gradient with R45_WGRAD
         m = 4 if winograd_cl.R45_AUTO else 2
         assert (plan.r, plan.m, plan.alpha, plan.xis) == (5, m, m + 4, (m + 4) ** 2)
-        assert wplan is None or (wplan.r, wplan.m) == (5, 2)
+        assert wplan is None or (wplan.r, wplan.m) == (5, 4 if winograd_cl.R45_WGRAD else 2)
         g = plan.gemm_spec()
         assert (g.batch, g.m, g.k) == ((m + 4) ** 2, k, c) and g.n >= n * -((-27 // m) ** 2)
     with settings.override(PLAIT_WINOGRAD_CL="off"):
@@ -153,8 +151,9 @@ def test_f25_weight_gradient_chunks() -> None:
     """An F(2,5) weight gradient's K chunks aim for R5_WGRAD_TILE_TARGET 64x64 tiles, F(2,3)'s for WGRAD_TILE_TARGET:
     alexnet b64's 5x5 layer (12544 tiles, 36 x 3 x 1 tiles per chunk) in 12 chunks of 1056 columns, V padded to
     12672 columns; a 3x3 128 -> 192 layer keeps the fewest chunks that make WGRAD_TILE_TARGET (11 of 16 x 3 x 2)."""
-    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
         r5 = winograd_cl.wgrad_plan(Window(64, 64, 27, 27, 5, 5, 1, 1, 2, 2), 192)
+    with settings.override(PLAIT_WINOGRAD_CL="auto"):
         r3 = winograd_cl.wgrad_plan(Window(64, 128, 27, 27, 3, 3, 1, 1, 1, 1), 192)
     if winograd_cl.R5_AUTO:
         assert r5 is not None and (r5.r, r5.parts, r5.pad, r5.tp) == (5, 12, 12 * 32, 12672)
@@ -208,3 +207,21 @@ def test_f45_product_tiles() -> None:
         assert _tc_heuristic(spec) == winograd_cl.R45_KNOBS
     wide = dataclasses.replace(fwd.gemm_spec(), m=256, a=(0, 256 * 64, 64, 1))
     assert winograd_cl.product_knobs(wide) is None
+
+
+def test_f45_weight_gradient_chunks() -> None:
+    """Under 'auto' with R45_WGRAD alexnet b64's 5x5 weight gradient runs F(4,5): 3136 tiles, 64 x 3 x 1 64x64 tiles
+    per chunk, in the fewest chunks of whole BK 32 steps that make R45_WGRAD_TILE_TARGET tiles, none shorter than
+    R45_WGRAD_MIN_CHUNK columns (else the most such chunks); V's columns padded to whole chunks."""
+    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+        p = winograd_cl.wgrad_plan(Window(64, 64, 27, 27, 5, 5, 1, 1, 2, 2), 192)
+    if not (winograd_cl.R5_AUTO and winograd_cl.R45_WGRAD):
+        assert p is None or p.m == 2
+        return
+    assert p is not None and (p.r, p.m, p.tiles, p.pad) == (5, 4, 3136, 32 * p.parts)
+    chunk = p.tp // p.parts
+    assert chunk % 32 == 0 and chunk >= winograd_cl.R45_WGRAD_MIN_CHUNK and p.tp >= p.tiles > p.tp - p.pad
+    per_chunk = 64 * 3 * 1
+    longer = -(-p.tiles // (32 * (p.parts + 1))) * 32 >= winograd_cl.R45_WGRAD_MIN_CHUNK
+    assert per_chunk * p.parts >= winograd_cl.R45_WGRAD_TILE_TARGET or not longer
+    assert p.parts == 1 or per_chunk * (p.parts - 1) < winograd_cl.R45_WGRAD_TILE_TARGET
