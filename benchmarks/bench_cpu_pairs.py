@@ -29,7 +29,7 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, export, twin
 
-CONV_KINDS = ("GEMM", "CONV", "WINO2", "WINO4", "DWCONV", "GEMV", "PWLANES")
+CONV_KINDS = ("GEMM", "CONV", "WINO2", "WINO4", "DWCONV", "GEMV", "PWLANES", "S2CONV")
 
 
 def ort_nodes(name: str, x: np.ndarray, runs: int) -> list[tuple[str, float]]:

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from plait.codegen import gemm_c, pointwise_c
+from plait.codegen import conv_s2_c, gemm_c, pointwise_c
 from plait.codegen.c import entry_points
 from plait.codegen.cstyle import RenderedKernel
 from plait.codegen.expr import ExprBuilder, Idx
@@ -137,7 +137,8 @@ def render_c(
 ) -> RenderedKernel:
     """A C kernel for `spec`: a call into the shared GEMM library (or the GEMV for a few rows) plus its epilogue.
     Knobs MR and NR (a multiple of 16) fix the register tile; without them the tile that pads least is used. With
-    `lanes`, A is the weight packed at plan build and the product runs across the lanes (pointwise_c.lanes_call)."""
+    `lanes`, A is the weight packed at plan build and the product runs across the lanes (pointwise_c.lanes_call; a
+    stride-2 3x3 convolution, conv_s2_c.call)."""
     if spec.a_nchw is not None:
         raise UnsupportedError(f"C GEMM {spec}: an output gradient read in place from NCHW (a_nchw) is OpenCL's form")
     kn = knobs or {}
@@ -202,7 +203,10 @@ def render_c(
         holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(epi.extra))) or '0'}}};\n"
     a_args = f"A + {ao}, {sab}, {spec.a_inner}, {sam}, {sak}"
     b_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}, {sbn}"
-    if lanes is not None:
+    if lanes is not None and spec.conv is not None:
+        lib = conv_s2_c.library(lanes)
+        call = conv_s2_c.call(spec, lanes, f"B + {bo}, {sbb}, {spec.b_inner}", epi_fn, extra)
+    elif lanes is not None:
         lib = pointwise_c.lanes_library(lanes.mr, lanes.nv)
         call = pointwise_c.lanes_call(spec, lanes, f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}", epi_fn, extra)
     elif spec.conv is not None and m == 1:
@@ -238,7 +242,9 @@ def render_c(
     args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
     src = entry_points("KERNEL_NAME", args, holder + call, f"{lib}/* KERNEL_NAME */\n{epilogue}")
     kind = (
-        "PWLANES"
+        "S2CONV"
+        if lanes is not None and spec.conv is not None
+        else "PWLANES"
         if lanes is not None
         else "DWCONV"
         if spec.conv is not None and m == 1

@@ -1136,36 +1136,8 @@ def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str)
 DIRECT_MAX_CIN = 4  # input channels up to which a convolution runs as plait_conv_direct
 DIRECT_ROWS = 8  # output rows per band (one task): the band's rows are split once and read by every channel block
 
-DIRECT = """//@shared-begin plait_conv_direct
-/* 8 output channels (w: 8 weights per patch element, channel-minor) times 3 vectors of 16 output pixels, vector v
-   reading the band at base[v] + koff[p] for patch element p; the sums go to out[i * 3 + v]. */
-static inline __attribute__((always_inline)) void plait_dc_micro(int k, const int* restrict koff,
-                                                               const float* restrict buf, const int* base,
-                                                               const float* restrict w, plait_v16* restrict out) {
-  plait_v16 acc[8][3];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; i++)
-#pragma GCC unroll 3
-    for (int v = 0; v < 3; v++) acc[i][v] = (plait_v16){0};
-  const float *b0 = buf + base[0], *b1 = buf + base[1], *b2 = buf + base[2];
-  for (int p = 0; p < k; p++) {
-    int o = koff[p];
-    plait_v16 v0 = *(const plait_v16*)(b0 + o), v1 = *(const plait_v16*)(b1 + o), v2 = *(const plait_v16*)(b2 + o);
-    const float* wp = w + p * 8;
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-      float wi = wp[i];
-      acc[i][0] += v0 * wi;
-      acc[i][1] += v1 * wi;
-      acc[i][2] += v2 * wi;
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; i++)
-#pragma GCC unroll 3
-    for (int v = 0; v < 3; v++) out[i * 3 + v] = acc[i][v];
-}
-
+# Band splitting shared by the stems' direct forms and the stride-2 lanes kernel (plait/codegen/conv_s2_c.py).
+DIRECT_BAND = """//@shared-begin plait_dc_band
 /* Input rows of one band, zero-padded and split into the column phases of the stride: element t of phase q of band
    row r of channel ci (at ((ci * R + r) * sw + q) * T + t) is padded column t * sw + q of padded row y0 + r. */
 static void plait_dc_band(const float* x, const plait_win* g, int cin, int y0, int rows, int R, int T, float* buf) {
@@ -1229,6 +1201,38 @@ static inline int plait_dc_task(const float* X, long sxb, long sxi, long inner, 
   plait_dc_band(x, g, cin, oy0 * g->sh, (rows - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
   plait_dc_prefetch(X, sxb, sxi, inner, g, cin, oh, br, task + 1, end);
   return rows;
+}
+//@shared-end
+"""
+
+DIRECT = """//@shared-begin plait_conv_direct
+/* 8 output channels (w: 8 weights per patch element, channel-minor) times 3 vectors of 16 output pixels, vector v
+   reading the band at base[v] + koff[p] for patch element p; the sums go to out[i * 3 + v]. */
+static inline __attribute__((always_inline)) void plait_dc_micro(int k, const int* restrict koff,
+                                                               const float* restrict buf, const int* base,
+                                                               const float* restrict w, plait_v16* restrict out) {
+  plait_v16 acc[8][3];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++)
+#pragma GCC unroll 3
+    for (int v = 0; v < 3; v++) acc[i][v] = (plait_v16){0};
+  const float *b0 = buf + base[0], *b1 = buf + base[1], *b2 = buf + base[2];
+  for (int p = 0; p < k; p++) {
+    int o = koff[p];
+    plait_v16 v0 = *(const plait_v16*)(b0 + o), v1 = *(const plait_v16*)(b1 + o), v2 = *(const plait_v16*)(b2 + o);
+    const float* wp = w + p * 8;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+      float wi = wp[i];
+      acc[i][0] += v0 * wi;
+      acc[i][1] += v1 * wi;
+      acc[i][2] += v2 * wi;
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++)
+#pragma GCC unroll 3
+    for (int v = 0; v < 3; v++) out[i * 3 + v] = acc[i][v];
 }
 
 /* C[bz] (m x n, n = oh * ow) = the convolution of image bz (cin = k / (kh * kw) channels) with A's rows, as tasks of
@@ -1295,7 +1299,7 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
 # patch element loads CV vectors of weights and broadcasts the input of PX consecutive output pixels of one row, so
 # no lane idles on a row's last partial vector (alexnet's 55-wide rows left 14% of them idle) and every input value
 # feeds CV multiply-adds. Its tile is written to C's NCHW planes transposed (pixel-major in registers).
-DIRECT_LANES = """//@shared-begin plait_conv_dlanes_@CV@x@PX@
+DIRECT_LANES_MICRO = """//@shared-begin plait_dl_micro_@CV@x@PX@
 /* CV vectors of 16 output channels (w: CV * 16 weights per patch element, channel-minor) times PX consecutive output
    pixels of one row over patch elements p0 .. p1 - 1, pixel j reading the band at src[koff[p] + j]; channel vector
    c of pixel j accumulates at o[c * cs + j * 16] (a row tile of 16-channel groups, pixel-major), from zero when p0
@@ -1329,6 +1333,11 @@ static inline __attribute__((always_inline)) void plait_dl_micro_@CV@x@PX@(int p
     for (int c = 0; c < CV; c++) *(plait_v16*)(o + c * cs + j * 16) = acc[j][c];
 }
 
+//@shared-end
+"""
+
+# The lanes forms' transposing store (one definition whatever their tiles).
+DIRECT_LANES_STORE = """//@shared-begin plait_dl_store16
 /* C's rows i0 .. i0 + 15 at columns j0 .. j0 + nj - 1 (stride n) = the 16 x 16 block t (16 pixels of 16 channels,
    pixel-major) transposed in registers: four rounds of two-source shuffles, round s swapping the off-diagonal
    s x s blocks of every 2s x 2s block. */
@@ -1364,7 +1373,11 @@ static inline void plait_dl_store16(const float* restrict t, float* restrict d, 
     for (int i = 0; i < 16; i++)
       for (int j = 0; j < nj; j++) d[i * n + j] = r[i][j];
 }
+//@shared-end
+"""
 
+# The stems' lanes-form driver (after DIRECT_BAND and DIRECT_LANES_MICRO).
+DIRECT_LANES = """//@shared-begin plait_conv_dlanes_@CV@x@PX@
 /* plait_conv_direct's contract with m a multiple of CV * 16: tasks of DIRECT_ROWS output rows of one image split
    their band of input rows once (plait_dc_band, rows of T >= whole pixel groups); every PX pixels of an output row
    run against every block of CV * 16 channels, kc patch elements at a time, into a row tile (TW pixels per
@@ -1452,10 +1465,17 @@ def direct_library(win: Any, m: int, k: int) -> str:
     window `win`."""
     tile = direct_lanes(win, m, k)
     if tile is None:
-        return at_o2(COMMON) + at_o2(DIRECT)
+        return at_o2(COMMON) + at_o2(DIRECT_BAND) + at_o2(DIRECT)
     lanes = DIRECT_LANES.replace("@CV@", str(tile[0])).replace("@PX@", str(tile[1]))
     lanes = lanes.replace("@KCB@", str(DIRECT_LANES_KC_BYTES))
-    return at_o2(COMMON) + at_o2(DIRECT) + at_o2(lanes)
+    return at_o2(COMMON) + at_o2(DIRECT_BAND) + at_o2(DIRECT) + lanes_blocks(*tile) + at_o2(lanes)
+
+
+def lanes_blocks(cv: int, px: int) -> str:
+    """The lanes micro-kernel for a cv x px tile and the transposing store (after COMMON and DIRECT_BAND): what a
+    direct kernel with output channels across the lanes builds on (the stems' lanes form, conv_s2_c.py)."""
+    micro = DIRECT_LANES_MICRO.replace("@CV@", str(cv)).replace("@PX@", str(px))
+    return at_o2(micro) + at_o2(DIRECT_LANES_STORE)
 
 
 def direct_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:

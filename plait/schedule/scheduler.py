@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from plait import dtypes
-from plait.codegen import pointwise_c, winograd_c, winograd_cl
+from plait.codegen import conv_s2_c, pointwise_c, winograd_c, winograd_cl
 from plait.codegen.cstyle import MAX_STACK_MEMBERS
 from plait.codegen.expr import strides_of
 from plait.codegen.gemm import Epilogue, GemmSpec
@@ -722,8 +722,29 @@ def schedule(
     if winograd and constants_once:  # the C device, where a plan's constant work runs once
         from plait.schedule import irblock  # (it builds Items)
 
-        items = irblock.fuse(_pointwise_lanes(items), {n.uid for n in outputs})
+        items = irblock.fuse(_pointwise_lanes(_conv_s2(items)), {n.uid for n in outputs})
     return _winograd(items, constants_once) if winograd else items
+
+
+def _conv_s2(items: list[Item]) -> list[Item]:
+    """Run each stride-2 3x3 convolution (conv_s2_c.fits) whose weight is constant in the plan (a parameter, an ONNX
+    initializer, or one that constant items make, e.g. with batch norm folded in) with the output channels across
+    the lanes (plait/codegen/conv_s2_c.py): its weights are packed by an item marked `constant` and the product
+    becomes a `pointwise` item over the image (the GEMM's fused epilogue kept). Other weights keep the GEMM."""
+    made_once = {it.out.uid for it in items if it.extra.get("constant")}
+    out: list[Item] = []
+    for it in items:
+        weight = it.inputs[0] if it.inputs else None
+        fits = it.kind == "gemm" and it.gemm is not None and conv_s2_c.fits(it.gemm)
+        if not fits or weight is None or (weight.buffer is None and weight.uid not in made_once):
+            out.append(it)
+            continue
+        assert it.gemm is not None
+        plan = conv_s2_c.plan(it.gemm)
+        packed = pointwise_weight(weight, plan)
+        out.append(Item(packed, [weight], "custom", extra={"constant": True}))
+        out.append(Item(it.out, [packed, *it.inputs[1:]], "pointwise", gemm=it.gemm, extra={**it.extra, "lanes": plan}))
+    return out
 
 
 def _pointwise_lanes(items: list[Item]) -> list[Item]:

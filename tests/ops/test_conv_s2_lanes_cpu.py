@@ -1,0 +1,88 @@
+"""The cpu's stride-2 3x3 convolution with output channels across the vector lanes (plait/codegen/conv_s2_c.py:
+weights packed at plan build, bands of input rows split into even and odd columns, resnet's downsampling layers).
+Checked against PyTorch on odd and even planes, padding 0-2, rows of 5-29 pixels (partial and whole pixel tiles and
+16 x 16 transposes), uneven bands, input channels that are not a multiple of the lanes, output channels that fill
+part of a 64-channel panel, batches, a fused epilogue with a residual, and weights as plan inputs (the GEMM)."""
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from tests.helpers import assert_close, rand
+
+CASES = [  # n, cin, h, w, cout, padding
+    (4, 16, 14, 14, 64, 1),  # four 7x7 output planes (resnet's layer4 at a batch), one band, one panel
+    (2, 24, 19, 21, 48, 1),  # two images, 10x11 outputs, 24 input channels, three 16-channel groups of a panel
+    (1, 20, 58, 57, 128, 1),  # 29x29 outputs: four bands of 8 (the last 5), two panels, a partial transpose
+    (10, 17, 9, 12, 32, 0),  # no padding: ten images of 4x5 outputs, 17 input channels
+    (8, 16, 8, 7, 80, 2),  # padding 2, eight images of 5x5 outputs, a panel and a 16-channel remainder
+]
+
+
+def _conv(case, residual: bool):
+    n, cin, h, w, cout, p = case
+    x = rand((n, cin, h, w), low=-1, high=1)
+    wt, b = rand((cout, cin, 3, 3), seed=1, low=-1, high=1) * 0.2, rand((cout,), seed=2)
+    oh, ow = (h + 2 * p - 3) // 2 + 1, (w + 2 * p - 3) // 2 + 1
+    r = rand((n, cout, oh, ow), seed=3)
+    wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
+    if residual:
+        f = plait.jit(lambda t, s: (F.conv2d(t, wp, bp, stride=2, padding=p) + s).relu(), device="cpu")
+        args = [x, r]
+    else:
+        f = plait.jit(lambda t: F.conv2d(t, wp, bp, stride=2, padding=p).relu(), device="cpu")
+        args = [x]
+    got = np.asarray(f(*args))
+    plan, _ = f.plan_for(args)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), 2, p)
+    if residual:
+        want = want + torch.from_numpy(r)
+    return got, want.relu().numpy(), [kern.name for kern in plan.kernels]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_s2_lanes_matches_torch(case):
+    got, want, names = _conv(case, residual=False)
+    assert sum(name.startswith("S2CONV_") for name in names) == 1, names
+    assert_close(got, want, "float32", f"stride-2 lanes conv {case}", tol_scale=10)
+
+
+def test_s2_lanes_residual_epilogue():
+    """The fused epilogue (bias, residual add, ReLU) runs on each panel's rows of each band."""
+    got, want, names = _conv((2, 16, 30, 30, 64, 1), residual=True)
+    assert sum(name.startswith("S2CONV_") for name in names) == 1, names
+    assert_close(got, want, "float32", "stride-2 lanes conv with a residual", tol_scale=10)
+
+
+def test_s2_lanes_choice():
+    """Output channels not a multiple of 16, fewer than 16 input channels, stride 1, a 5x5 window or one 7x7 output
+    plane (conv_s2_c.S2_MIN_PIXELS) keep the GEMM."""
+    for cin, cout, stride, k, hw in (
+        (16, 24, 2, 3, 32),
+        (8, 64, 2, 3, 32),
+        (16, 64, 1, 3, 32),
+        (16, 64, 2, 5, 32),
+        (16, 64, 2, 3, 14),
+    ):
+        x = rand((1, cin, hw, hw), low=-1, high=1)
+        wp = plait.tensor(rand((cout, cin, k, k), seed=1) * 0.2, device="cpu")
+        f = plait.jit(lambda t, wp=wp, stride=stride: F.conv2d(t, wp, stride=stride, padding=1), device="cpu")
+        f(x)
+        plan, _ = f.plan_for([x])
+        assert not any(kern.name.startswith("S2CONV_") for kern in plan.kernels), (cin, cout, stride, k, hw)
+
+
+def test_s2_weights_as_inputs_keep_the_gemm():
+    """Weights passed to the plan (not constants) are read in place by the implicit GEMM on every call: two calls
+    with different weights each match PyTorch."""
+    x = rand((1, 16, 15, 15), low=-1, high=1)
+    f = plait.jit(lambda t, wt: F.conv2d(t, wt, stride=2, padding=1), device="cpu")
+    for seed in (1, 2):
+        wt = rand((64, 16, 3, 3), seed=seed, low=-1, high=1) * 0.2
+        got = np.asarray(f(x, wt))
+        want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), None, 2, 1)
+        assert_close(got, want.numpy(), "float32", f"stride-2 conv, weights {seed}", tol_scale=10)
+    plan, _ = f.plan_for([x, wt])
+    assert not any(kern.name.startswith("S2CONV_") for kern in plan.kernels), [k.name for k in plan.kernels]
