@@ -31,11 +31,11 @@ NV = 3  # channel vectors per register tile: 7 x 3 accumulators, 3 weight vector
 GP = NV * VW  # channels per packed weight panel (the expanded channels must be whole panels)
 KC = 256  # input channels per k block of the projection: a group's block of weights (48 KB) stays in L1
 L2_CHUNK = 1 << 20  # bytes of one chunk's scratch (bordered expanded plane + depthwise output) kept in L2
-# Input planes of more pixels are split among threads by output rows: on a 56x56 plane, the rows a strip's border
-# expands twice cost 4% more expand work, while a split by channels would make each thread read the whole input and
-# write and add a partial projection of the whole plane. Smaller planes are split by channels (on a 7x7 plane, strips
-# of rows would expand 29-43% more).
-ROWS_PIXELS = 784
+# Input planes of more pixels are split among threads by output rows: each thread expands its strip's border rows
+# too (4% more expand work on 56x56 planes, 14% on 14x14 ones), but none reads the whole input or writes and adds a
+# partial projection of the whole plane, and no thread waits for another. 7x7 planes are split by channels: strips
+# of rows would expand 29-43% more, and measured 4% slower (docs/benchmarks.md).
+ROWS_PIXELS = 49
 
 
 @dataclass(frozen=True)

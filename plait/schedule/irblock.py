@@ -12,9 +12,10 @@ from plait.graph.node import Node
 from plait.graph.ops.pointwise_weight import pointwise_weight
 from plait.schedule.scheduler import Item
 
-# Input planes of at most this many pixels take the fused block (mobilenet_v2's blocks from the 56x56 ones on; planes
-# over irblock_c.ROWS_PIXELS are split among threads by rows): measured in docs/benchmarks.md.
-MAX_PIXELS = 3136
+# Input planes of at most this many pixels take the fused block (all of mobilenet_v2's blocks with an expand product,
+# from the 112x112 one on; planes over irblock_c.ROWS_PIXELS are split among threads by rows): measured in
+# docs/benchmarks.md.
+MAX_PIXELS = 12544
 
 
 def _weight_1x1(it: Item) -> tuple[Node, tuple[int, int, int]] | None:

@@ -1,9 +1,10 @@
 """The `cpu` device's fused inverted-residual block at inference (IRBLOCK, plait/codegen/irblock_c.py via
 plait/schedule/irblock.py): expand 1x1 -> depthwise 3x3 -> project 1x1, each with a batch-norm-style epilogue (ReLU6
 after the first two), with and without the residual add, stride 1 and 2, odd planes, at one, two and four threads
-(the expanded channels split among threads by vectors of 16, a thread's run starting or ending inside a packed panel
-of 48, a thread with none); against PyTorch. And the rules that keep the three kernels: weights passed per call (a
-training step's), an expanded tensor someone else reads, expanded channels that are not whole panels of 48."""
+(wide planes split among threads by output rows, small ones by vectors of 16 expanded channels: a thread's run
+starting or ending inside a packed panel of 48, a thread with no rows or no channels); against PyTorch. And the rules
+that keep the three kernels: weights passed per call (a training step's), an expanded tensor someone else reads,
+expanded channels that are not whole panels of 48."""
 
 import ctypes
 from collections.abc import Iterator
@@ -67,16 +68,17 @@ def _kinds(f: plait.jit, x: np.ndarray) -> list[str]:
 
 
 CASES = [  # input channels, expanded channels, output channels, plane (height, width), stride, residual
-    (16, 96, 16, (14, 14), 1, True),  # mobilenet_v2-like, two panels of 48 (at four threads, runs inside panels)
+    # planes over 49 pixels: threads split the output rows, each expanding its strip's border rows
+    (16, 96, 16, (14, 14), 1, True),  # mobilenet_v2-like, two panels of 48
     (16, 96, 24, (14, 14), 2, False),  # stride 2 on an even plane
-    (24, 144, 40, (13, 13), 2, False),  # stride 2 on an odd plane, three panels (two threads split them 64:80)
-    (24, 144, 24, (5, 5), 1, True),  # 25 pixels: a partial pixel tile in both products
-    (20, 48, 20, (9, 9), 1, True),  # one panel of three vectors: a fourth thread has no channels
+    (24, 144, 40, (13, 13), 2, False),  # stride 2 on an odd plane: the last strip's bottom border is the zero row
     (40, 192, 70, (11, 11), 2, False),  # 70 output channels: a partial vector and a partial panel
-    # planes over 784 pixels: threads split the output rows, each expanding its strip's border rows
-    (12, 48, 12, (29, 29), 1, True),
-    (8, 96, 20, (31, 31), 2, False),  # odd plane: the last strip's bottom border is the zero row
+    (8, 96, 8, (52, 52), 1, True),  # at one and two threads, the expanded strip in two chunks of channels
     (8, 48, 8, (2, 400), 2, False),  # one output row: a second thread has no rows
+    # planes of up to 49 pixels: threads split the expanded channels
+    (24, 144, 24, (5, 5), 1, True),  # 25 pixels: a partial pixel tile in both products
+    (24, 144, 32, (7, 7), 1, False),  # two threads split three panels 64:80, four 32:32:32:48
+    (20, 48, 20, (6, 6), 1, True),  # one panel of three vectors: a fourth thread has no channels
 ]
 
 
