@@ -167,3 +167,41 @@ def test_clip_with_constant_bounds_fuses_and_keeps_nan(opset: int, bias: bool) -
     assert np.isnan(got[0, :, 0, 0]).all()  # NaN, inf - inf and so on: the first pixel mixes NaN into every channel
     plan = sess.plan_for({"x": x})
     assert plan is not None and len(plan.kernels) == 1
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_one_cell_average_pool_before_the_classifier_is_no_kernel(batch: int) -> None:
+    """alexnet's and vgg16's head as torch exports it: AdaptiveAvgPool2d over a map already of its output size
+    becomes a 1x1 AveragePool, which is a view; the classifier's GEMM reads the max pool's output directly instead
+    of through a division by ones. Agrees with ONNX Runtime."""
+    torch.manual_seed(4)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.AdaptiveAvgPool2d((3, 3)),
+        torch.nn.Flatten(),
+        torch.nn.Linear(72, 5),
+    ).eval()
+    x = np.random.default_rng(5).standard_normal((batch, 3, 6, 6)).astype(np.float32)
+    model = export(net, (torch.from_numpy(x),))
+    sess = InferenceSession(model, device="cpu")
+    want = ort_run(model, {"input0": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"input0": x})[0], want, rtol=1e-5, atol=1e-5)
+    kinds = _kinds(sess.plan_for({"input0": x}))
+    assert "E" not in kinds and sum(kinds.values()) == 3, kinds  # convolution, max pool, classifier
+
+
+def test_average_pool_of_one_cell_windows_with_stride_matches_onnxruntime() -> None:
+    """A 1x1 AveragePool with stride 2 (every window counts one cell) is a strided view of its input."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[1, 1], strides=[2, 2])
+    graph = helper.make_graph(
+        [node],
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9).SerializeToString()
+    x = np.random.default_rng(6).standard_normal((2, 3, 5, 6)).astype(np.float32)
+    want = ort_run(model, {"x": x})[0]
+    np.testing.assert_array_equal(InferenceSession(model, device="cpu").run(None, {"x": x})[0], want)

@@ -202,6 +202,11 @@ def _pool(ctx: Ctx, ins: list[Any], op: str, with_indices: bool = False) -> Any:
     total = _windows(xp, kernel, strides, dil, out, "sum")
     include = bool(ctx.attr("count_include_pad", 0))
     counts = _counts(sp, kernel, strides, dil, pads, out, include)
+    if (counts == 1).all():
+        # windows of one cell (torch exports AdaptiveAvgPool2d over a map already of the output size, as alexnet's
+        # and vgg16's, as a 1x1 AveragePool): the pool is a view, not a division kernel between the last pool and
+        # the classifier's GEMM
+        return total
     return total / ctx.t(counts.astype(np.float32)).astype(x.dtype)
 
 
