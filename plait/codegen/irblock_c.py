@@ -40,8 +40,8 @@ ROWS_PIXELS = 49
 
 @dataclass(frozen=True)
 class IRBlockPlan:
-    """One block: cin input channels on an h x w plane, c1 expanded channels (a multiple of 16), a 3x3 depthwise
-    window of stride `stride` (padding 1) to ho x wo, m2 output channels."""
+    """One block: `images` images of cin input channels on an h x w plane, c1 expanded channels (a multiple of 16), a
+    3x3 depthwise window of stride `stride` (padding 1) to ho x wo, m2 output channels."""
 
     cin: int
     c1: int
@@ -49,6 +49,7 @@ class IRBlockPlan:
     h: int
     w: int
     stride: int
+    images: int = 1
 
     @property
     def ho(self) -> int:
@@ -65,9 +66,9 @@ class IRBlockPlan:
 
     @property
     def by_rows(self) -> bool:
-        """Whether several threads split the block by output rows (planes over ROWS_PIXELS pixels), not by
-        channels."""
-        return self.h * self.w > ROWS_PIXELS
+        """Whether threads split the block by images and output rows (several images, or planes over ROWS_PIXELS
+        pixels), not by channels."""
+        return self.images > 1 or self.h * self.w > ROWS_PIXELS
 
 
 def _tile(nv: int) -> str:
@@ -130,16 +131,18 @@ def library() -> str:
 
 
 def _epilogue(
-    r: Any, epi: Epilogue | None, prefix: str, channels: int, pixels: int, ch: str, px: str
+    r: Any, epi: Epilogue | None, prefix: str, images: int, channels: int, pixels: int, ch: str, px: str
 ) -> tuple[str, str, list[str]]:
-    """(statements, result, parameter declarations) applying `epi` to `v`, the value of output (channel `ch`, pixel
-    `px`) of a (1, channels, pixels) product; its extra buffers are parameters named prefix0, prefix1, ..."""
+    """(statements, result, parameter declarations) applying `epi` to `v`, the value of output (image `bz`, channel
+    `ch`, pixel `px`) of an (images, channels, pixels) product; its extra buffers are parameters named prefix0,
+    prefix1, ..."""
     if epi is None:
         return "", "v", []
     args = {n.uid: f"{prefix}{i}" for i, n in enumerate(epi.extra)}
     b = ExprBuilder(r, args, "int", subst={epi.mm.uid: "v"})
-    coords = _tile_coords(epi.root.shape, 1, channels, pixels, ch, px)
-    where = Idx(epi.root.shape, coords=coords) if coords else Idx(epi.root.shape, linear=f"({ch}) * {pixels} + {px}")
+    coords = _tile_coords(epi.root.shape, images, channels, pixels, ch, px)
+    linear = f"((long)bz * {channels} + {ch}) * {pixels} + {px}"
+    where = Idx(epi.root.shape, coords=coords) if coords else Idx(epi.root.shape, linear=linear)
     res = b.value(epi.root, where)
     params = [r.param(n.dtype, f"{prefix}{i}", False) for i, n in enumerate(epi.extra)]
     return "".join(f"      {ln}\n" for ln in b.lines), res, params
@@ -151,16 +154,18 @@ def render(
     """The kernel C = block(X) with U1 (cin x c1), UD (9 x c1) and U2 (c1 x m2p) packed at plan build; its
     parameters are C, X, U1, UD, U2, then each stage's epilogue buffers (x*, d*, y* in stage order)."""
     hw, howo, wp = p.h * p.w, p.ho * p.wo, p.w + 2
-    s1, r1, prm1 = _epilogue(r, epilogues[0], "x", p.c1, hw, "c0 + j", "q")
-    s2, r2, prm2 = _epilogue(r, epilogues[1], "d", p.c1, howo, "c0 + j", "o")
-    s3, r3, prm3 = _epilogue(r, epilogues[2], "y", p.m2, howo, "ch", "j")
+    s1, r1, prm1 = _epilogue(r, epilogues[0], "x", p.images, p.c1, hw, "c0 + j", "q")
+    s2, r2, prm2 = _epilogue(r, epilogues[1], "d", p.images, p.c1, howo, "c0 + j", "o")
+    s3, r3, prm3 = _epilogue(r, epilogues[2], "y", p.images, p.m2, howo, "ch", "j")
     lines = GP // VW  # 64-byte lines of one packed panel's row
     body = f"""  const int cin = {p.cin}, c1 = {p.c1}, m2 = {p.m2}, m2p = {p.m2p}, h = {p.h}, w = {p.w}, ho = {p.ho}, wo = {p.wo};
-  int threads = omp_get_num_threads(), vectors = c1 / {VW};
-  /* wide planes split by output rows (each thread all channels, its strip's border rows expanded twice, no partial
-     sums), small ones by channels */
-  int by_rows = {int(p.by_rows)} && threads > 1;
-  int strip = by_rows ? (ho + threads - 1) / threads : ho, eh = (strip - 1) * {p.stride} + 3;
+  int threads = omp_get_num_threads(), vectors = c1 / {VW}, images = {p.images};
+  /* several images, or wide planes, split by images and strips of output rows (each thread all channels, a strip's
+     border rows expanded twice, no partial sums): an image in `strips` strips, fewer threads than images taking
+     whole images; one image on a small plane split by channels */
+  int by_rows = {int(p.by_rows)} || threads == 1;
+  int strips = by_rows && threads > images ? (threads + images - 1) / images : 1;
+  int strip = (ho + strips - 1) / strips, eh = (strip - 1) * {p.stride} + 3;
   /* channel vectors per chunk: the chunk's bordered strip and depthwise output fit in L2_CHUNK bytes */
   long per_vector = ((long)eh * {wp} + (long)strip * wo) * {VW};
   int chunkv = (int)({L2_CHUNK // 4} / per_vector / {NV} * {NV});
@@ -174,9 +179,13 @@ def render(
   float* parts = plait_irb_parts((size_t)(threads * own));
 #pragma omp for schedule(static) nowait
   for (int t = 0; t < threads; t++) {{
-    float* part = partial ? parts + t * own + scratch : C;
+   int units = by_rows ? images * strips : 1;
+   for (int u = by_rows ? units * t / threads : 0; u < (by_rows ? units * (t + 1) / threads : 1); u++) {{
+    int bz = u / strips, su = u % strips;
+    const float* Xb = X + (long)bz * cin * {hw};
+    float* part = partial ? parts + t * own + scratch : C + (long)bz * m2 * {howo};
     int v0 = by_rows ? 0 : vectors * t / threads, v1 = by_rows ? vectors : vectors * (t + 1) / threads;
-    int oy0 = by_rows ? ho * t / threads : 0, oy1 = by_rows ? ho * (t + 1) / threads : ho;
+    int oy0 = ho * su / strips, oy1 = ho * (su + 1) / strips;
     if (v0 == v1) memset(part, 0, sizeof(float) * (size_t)m2 * {howo});
     /* the strip's bordered rows ya..yb of the expanded plane (row -1 and row h are the zero border), its pixels
        qa..qb of the input, its npx output pixels from obase */
@@ -208,11 +217,11 @@ def render(
         for (int q0 = qa, l0 = 0; q0 < qb; q0 += {MR}, l0 += step) {{
           if (g + nv < nvc) plait_irb_prefetch(w1 - off * {VW} + (long)cin * {GP}, l0, l0 + step < cin * {lines} ? l0 + step : cin * {lines});
           int px = qb - q0 < {MR} ? qb - q0 : {MR};
-          const float* xs = X + q0;
+          const float* xs = Xb + q0;
           long sxp = {hw};
           if (px < {MR}) {{ /* a partial tile: its pixels copied, zero-padded */
             for (int c = 0; c < cin; c++)
-              for (int i = 0; i < {MR}; i++) xt[c * {MR} + i] = i < px ? X[(long)c * {hw} + q0 + i] : 0.0f;
+              for (int i = 0; i < {MR}; i++) xt[c * {MR} + i] = i < px ? Xb[(long)c * {hw} + q0 + i] : 0.0f;
             xs = xt;
             sxp = {MR};
           }}
@@ -294,15 +303,17 @@ def render(
     }}
     if (by_rows) /* the strip's rows of C through the projection's epilogue */
       for (int ch = 0; ch < m2; ch++) {{
-        float* out = C + (long)ch * {howo};
+        float* out = part + (long)ch * {howo};
 #pragma omp simd
         for (int j = (int)obase; j < (int)obase + npx; j++) {{
           float v = out[j];
 {s3}          out[j] = {r3};
         }}
       }}
+   }}
   }}
   if (!by_rows) {{
+    const int bz = 0;
     plait_team_barrier();
     /* the partial sums added by output channel, then the epilogue */
 #pragma omp for schedule(static) nowait
@@ -332,5 +343,5 @@ def render(
     ]
     src = entry_points("KERNEL_NAME", params, body, f"{library()}/* KERNEL_NAME */\n")
     digest = hashlib.sha256(src.encode()).hexdigest()[:10]
-    name = f"IRBLOCK_{p.cin}x{p.c1}x{p.m2}x{p.h}x{p.w}s{p.stride}_{digest}"
+    name = f"IRBLOCK_{p.images}x{p.cin}x{p.c1}x{p.m2}x{p.h}x{p.w}s{p.stride}_{digest}"
     return RenderedKernel(name, src.replace("KERNEL_NAME", name), (1,), None)

@@ -18,13 +18,16 @@ from plait.schedule.scheduler import Item
 MAX_PIXELS = 12544
 
 
-def _weight_1x1(it: Item) -> tuple[Node, tuple[int, int, int]] | None:
-    """The weight buffer of a 1x1 product item over one image (a lanes product's packed weight's source, or a GEMM's
-    A) and its view (offset, row stride, column stride); None when it is not such a product of a buffer weight."""
+def _weight_1x1(it: Item, images: int) -> tuple[Node, tuple[int, int, int]] | None:
+    """The weight buffer of a 1x1 product item over `images` contiguous images (a lanes product's packed weight's
+    source, or a GEMM's A, the same for every image) and its view (offset, row stride, column stride); None when it
+    is not such a product of a buffer weight."""
     spec = it.gemm
-    if it.kind not in ("gemm", "pointwise") or spec is None or spec.batch != 1 or spec.conv is not None:
+    if it.kind not in ("gemm", "pointwise") or spec is None or spec.batch != images or spec.conv is not None:
         return None
-    if spec.conv_t is not None or spec.a_nchw is not None or spec.b[0] != 0 or spec.b[2:] != (spec.n, 1):
+    if spec.conv_t is not None or spec.a_nchw is not None or spec.b[2:] != (spec.n, 1):
+        return None
+    if any(spec.b_at(z) != z * spec.k * spec.n or spec.a_at(z) != spec.a[0] for z in range(images)):
         return None
     if it.kind == "pointwise":
         packed = it.inputs[0]
@@ -35,18 +38,21 @@ def _weight_1x1(it: Item) -> tuple[Node, tuple[int, int, int]] | None:
 
 def _plan(e: Item, d: Item, p: Item) -> irblock_c.IRBlockPlan | None:
     """The block of expand item `e`, depthwise item `d` and projection item `p` when their shapes chain and the
-    depthwise window is 3x3 with padding 1 and stride 1 or 2 over one image; else None."""
+    depthwise window is 3x3 with padding 1 and stride 1 or 2 over contiguous images; else None."""
     es, ds, ps = e.gemm, d.gemm, p.gemm
     if es is None or ds is None or ps is None or ds.conv is None or d.kind != "gemm" or d.inputs[0].buffer is None:
         return None
     win = ds.conv
-    window = (win.n, win.kh, win.kw, win.ph, win.pw, win.dh, win.dw) == (1, 3, 3, 1, 1, 1, 1)
+    window = (win.kh, win.kw, win.ph, win.pw, win.dh, win.dw) == (3, 3, 1, 1, 1, 1)
     if not window or win.sh != win.sw or win.sh not in (1, 2) or ds.m != 1 or ds.k != 9:
         return None
-    if ds.a[1] != 0 or ds.a[2:] != (9, 1) or ds.a_inner != 9 or ds.b != (0, 0, 0, 0) or ds.b_inner != win.h * win.w:
+    if ds.a[1] != 0 or ds.a[2:] != (9, 1) or ds.a_inner != 9 or ds.b[2:] != (0, 0) or ds.b_inner != win.h * win.w:
         return None
-    plan = irblock_c.IRBlockPlan(es.k, es.m, ps.m, win.h, win.w, win.sh)
-    chained = es.m == win.c == ds.batch == ds.inner == ps.k and es.n == win.h * win.w and ps.n == plan.ho * plan.wo
+    if ds.b[0] != 0 or (win.n > 1 and ds.b[1] != win.c * win.h * win.w):
+        return None
+    plan = irblock_c.IRBlockPlan(es.k, es.m, ps.m, win.h, win.w, win.sh, win.n)
+    chained = es.m == win.c == ds.inner == ps.k and ds.batch == win.n * win.c
+    chained = chained and es.n == win.h * win.w and ps.n == plan.ho * plan.wo
     return plan if chained and plan.c1 % irblock_c.GP == 0 and es.n <= MAX_PIXELS else None
 
 
@@ -72,8 +78,10 @@ def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
         if readers.get(e.out.uid) != 1 or readers.get(d.out.uid) != 1 or {e.out.uid, d.out.uid} & outputs:
             continue
         plan = _plan(e, d, p)
-        w1, w2 = _weight_1x1(e), _weight_1x1(p)
-        if plan is None or w1 is None or w2 is None:
+        if plan is None:
+            continue
+        w1, w2 = _weight_1x1(e, plan.images), _weight_1x1(p, plan.images)
+        if w1 is None or w2 is None:
             continue
         u1 = pointwise_weight(w1[0], LanesPlan(plan.c1, plan.cin, 1, irblock_c.NV, w1[1]))
         ud = pointwise_weight(d.inputs[0], LanesPlan(plan.c1, 9, 1, plan.c1 // VW, (d.gemm.a[0], 9, 1)))

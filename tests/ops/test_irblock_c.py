@@ -67,7 +67,7 @@ def _kinds(f: plait.jit, x: np.ndarray) -> list[str]:
     return [k.name.split("_")[0] for k in plan.kernels]
 
 
-CASES = [  # input channels, expanded channels, output channels, plane (height, width), stride, residual
+CASES = [  # input channels, expanded channels, output channels, images and plane (n, height, width), stride, residual
     # planes over 49 pixels: threads split the output rows, each expanding its strip's border rows
     (16, 96, 16, (14, 14), 1, True),  # mobilenet_v2-like, two panels of 48
     (16, 96, 24, (14, 14), 2, False),  # stride 2 on an even plane
@@ -79,20 +79,24 @@ CASES = [  # input channels, expanded channels, output channels, plane (height, 
     (24, 144, 24, (5, 5), 1, True),  # 25 pixels: a partial pixel tile in both products
     (24, 144, 32, (7, 7), 1, False),  # two threads split three panels 64:80, four 32:32:32:48
     (20, 48, 20, (6, 6), 1, True),  # one panel of three vectors: a fourth thread has no channels
+    # several images: threads take whole images, or (more threads than images) strips of them
+    (16, 96, 16, (3, 14, 14), 1, True),
+    (24, 144, 40, (2, 7, 7), 2, False),  # small planes too go by images and rows
 ]
 
 
 @pytest.mark.parametrize(("cin", "c1", "m2", "hw", "stride", "residual"), CASES)
 def test_block_matches_torch(
-    cin: int, c1: int, m2: int, hw: tuple[int, int], stride: int, residual: bool, team_size: int
+    cin: int, c1: int, m2: int, hw: tuple[int, ...], stride: int, residual: bool, team_size: int
 ) -> None:
     """As a team run (twice: a replay reads the weights packed when the plan was built) and launched alone."""
-    x, ws = rand((1, cin, *hw)), _weights(cin, c1, m2)
+    n, h, w = hw if len(hw) == 3 else (1, *hw)
+    x, ws = rand((n, cin, h, w)), _weights(cin, c1, m2)
     f = _plait_block(ws, stride, residual)
     plan, _ = f.plan_for([x])
     assert [k.name.split("_")[0] for k in plan.kernels] == ["IRBLOCK"]
     ref = _torch_block(x, ws, stride, residual)
-    what = f"block {cin}->{c1}->{m2} {hw[0]}x{hw[1]} s{stride}, {team_size} threads"
+    what = f"block {cin}->{c1}->{m2} {n}x{h}x{w} s{stride}, {team_size} threads"
     for _ in range(2):
         assert_close(f(x), ref, "float32", what, tol_scale=10)
     run_launches(plan.device, plan.launches)
