@@ -3,14 +3,15 @@
 
 Run as three kernels, the expanded tensor (six times the block's channels) and the depthwise output go to memory and
 come back, and each layer's weights arrive from L3 (docs/benchmarks.md, "where the two-thread replay's extra time
-goes"). Here each thread takes its own run of the expanded channels, in chunks whose expanded planes fit in L2: it
-expands its channels over the whole plane into a zero-bordered scratch plane (pixels x channels, channels across the
-vector lanes, so the depthwise taps are plain vector loads), runs the depthwise window on it, and multiplies its
-channels into its own partial sums of the projection. No pixel is computed twice (strips of rows would recompute
-their border rows: 29-43% more expand work on 7x7 planes at two threads). After one barrier the threads add the
-partial sums, by output channel, and apply the projection's epilogue. The weights are packed once, at plan build
-(plait/graph/ops/pointwise_weight.py): the expand's and the projection's as k-major rows of all output channels, the
-depthwise weights as tap-major rows.
+goes"). Here a thread takes a unit of work (a whole image, a strip of an image's output rows, or, for one image on a
+7x7 plane, a run of the expanded channels) in chunks of channels whose expanded strips fit in L2: it expands the
+chunk over the strip's input rows into a zero-bordered scratch strip (pixels x channels, channels across the vector
+lanes, so the depthwise taps are plain vector loads), runs the depthwise window on it, and multiplies the chunk into
+the projection's sums of the strip's rows. A strip expands its border rows twice (4-14% more expand work on 56x56 to
+14x14 planes at two threads); on a 7x7 plane that would be 29-43%, so there the threads split the channels instead,
+each projecting into its own partial sums, which they add by output channel after one barrier. The weights are
+packed once, at plan build (plait/graph/ops/pointwise_weight.py): the expand's and the projection's as k-major rows
+of all output channels, the depthwise weights as tap-major rows.
 """
 
 from __future__ import annotations
