@@ -71,7 +71,12 @@ TRANSFORMS: dict[int, tuple[_Mat, _Mat, _Mat]] = {
 V_BUDGET = 8 << 20  # bytes of transformed input tiles held at once (a chunk of tile blocks)
 TARGET_TILES = 128  # most tiles per block: their transformed inputs (one panel row per channel) stay in L2
 MIN_CHANNELS = 32  # fewer input or output channels stay on the implicit GEMM
-PER_CALL_MIN_POSITIONS = 2048  # output positions (batch x plane) that pay for a weight transform on every call
+# output positions (batch x plane) that pay for a weight transform on every call (a training step's weights, a
+# torch.compile partition's lifted parameters). At 784, one thread, F(4,3) with its transform against the implicit
+# GEMM: resnet18 b16 layer4's 512-channel 7x7 input gradient 41.4 against 57.1 ms, 256 channels 7x7 b16 14.5 against
+# 16.9, 128 channels 28x28 b1 3.7 against 4.2, 64 channels 28x28 b1 0.62 against 1.04 (docs/benchmarks.md, "cpu
+# training step: layer4 by Winograd")
+PER_CALL_MIN_POSITIONS = 784
 # fewest output tiles for each tile size: F(2,3) needs one 16-wide vector of tiles; F(4,3), whose U is 2.25x F(2,3)'s,
 # lost to F(2,3) on 16 tiles (14x14 at batch 1: 1.45x against 1.67x over the implicit GEMM) and won from 49 on
 MIN_TILES_F4 = 32
@@ -551,27 +556,42 @@ def render(p: WinogradPlan, r: Any, epi: Any = None) -> RenderedKernel:
 
 
 def render_weight(p: WinogradPlan) -> RenderedKernel:
-    """The weight transform U[xi][k][c] = (G w[k, c] G^T)[xi] (rows k >= K zero), from the (K, C*r*r) weight view."""
+    """The weight transform U[xi][k][c] = (G w[k, c] G^T)[xi] (rows k >= K zero), from the (K, C*r*r) weight view.
+    The channels run across the vector lanes, 64 at a time: their taps are first copied tap-major into a small
+    buffer, so that each of U's alpha^2 rows is stored 16 channels per instruction (gcc does not gather the
+    channel-major taps itself). Per training step this kernel runs on every 3x3 weight; resnet18's 512x512 F(4,3)
+    transform took 11 ms one channel at a time (docs/benchmarks.md, "cpu training step: layer4 by Winograd")."""
     _, g, _ = _matrices(p.m, p.r)
     al, r = p.alpha, p.r
     ao, sam, sak = p.w_view
-    src = [[f"w[{(u * r + v) * sak}]" for v in range(r)] for u in range(r)]
-    lines, out = _sandwich(g, src, "u", "      ")
+    src = [[f"t[{u * r + v}][j]" for v in range(r)] for u in range(r)]
+    lines, out = _sandwich(g, src, "u", "        ")
     stores = [
-        f"      U[({a * al + b}L * {p.kp} + k) * {p.ldu} + c] = {out[a][b]};" for a in range(al) for b in range(al)
+        f"        U[({a * al + b}L * {p.kp} + k) * {p.ldu} + c0 + j] = {out[a][b]};"
+        for a in range(al)
+        for b in range(al)
     ]
     body = "\n".join(lines + stores)
-    zero = f"for (int xi = 0; xi < {al * al}; xi++) U[((long)xi * {p.kp} + k) * {p.ldu} + c] = 0.0f;"
+    zero = f"for (long i = 0; i < {p.c}; i++) U[((long)xi * {p.kp} + k) * {p.ldu} + i] = 0.0f;"
     loop = f"""#pragma omp for schedule(static) nowait
-  for (int k = 0; k < {p.kp}; k++)
-    for (int c = 0; c < {p.c}; c++) {{
-      if (k >= {p.k}) {{
-        {zero}
-        continue;
-      }}
-      const float* w = W + {ao} + (long)k * {sam} + (long)c * {r * r * sak};
-{body}
+  for (int k = 0; k < {p.kp}; k++) {{
+    if (k >= {p.k}) {{
+      for (int xi = 0; xi < {al * al}; xi++) {zero}
+      continue;
     }}
+    for (int c0 = 0; c0 < {p.c}; c0 += 64) {{
+      const int nc = {p.c} - c0 < 64 ? {p.c} - c0 : 64;
+      float t[{r * r}][64];
+      for (int j = 0; j < nc; j++) {{
+        const float* w = W + {ao} + (long)k * {sam} + (long)(c0 + j) * {r * r * sak};
+        for (int q = 0; q < {r * r}; q++) t[q][j] = w[q * {sak}];
+      }}
+#pragma omp simd
+      for (int j = 0; j < nc; j++) {{
+{body}
+      }}
+    }}
+  }}
 """
     src_text = entry_points("KERNEL_NAME", ["float* restrict U", "const float* restrict W"], loop)
     return _named(f"WINOW{p.m}_{p.k}x{p.c}", src_text)

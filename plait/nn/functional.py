@@ -340,14 +340,22 @@ FOLD_MIN_ROWS = 16
 PER_IMAGE_MIN_POSITIONS = 128
 
 
-def _forward_per_image(x: Tensor, win: Window, g: int) -> bool:
-    """Whether a training convolution's forward runs per image as at inference (implicit GEMM or Winograd F(4,3),
-    gathering from the image) rather than as the folded product over the patch columns. On the cpu, for 3x3
-    stride-1 convolutions with at least PER_IMAGE_MIN_POSITIONS output positions per image, one thread: cifar_cnn's
-    32x32 layer 6.4 against 9.0 ms, resnet18's 56x56 layer 47 against 75 ms, 14x14 44 against 54; at 7x7 and 8x8 the
-    folded product is as fast or faster (docs/benchmarks.md, "cpu training step: forward per image"). The input
-    gradient must not go through the columns (the `transposed` form of `_conv_vjp`), so the padding stays within
-    the kernel's reach. A first layer's few input channels (K = 27) keep the folded product, 0.7 against 0.85 ms."""
+def _forward_per_image(x: Tensor, win: Window, g: int, co: int) -> bool:
+    """Whether a training convolution's forward (`co` output channels) runs per image as at inference (implicit GEMM
+    or Winograd F(4,3), gathering from the image) rather than as the folded product over the patch columns. On the
+    cpu, for 3x3 stride-1 convolutions with at least PER_IMAGE_MIN_POSITIONS output positions per image, one thread:
+    cifar_cnn's 32x32 layer 6.4 against 9.0 ms, resnet18's 56x56 layer 47 against 75 ms, 14x14 44 against 54; at 7x7
+    and 8x8 the folded product is as fast as the implicit GEMM or faster (docs/benchmarks.md, "cpu training step:
+    forward per image"), but not as Winograd with its weight transformed per call, which takes smaller planes from
+    winograd_c.PER_CALL_MIN_POSITIONS over the batch (resnet18 b16 layer4, one thread: three forwards 150 against
+    about 128 ms with the transforms, "cpu training step: layer4 by Winograd"). The input gradient must not go
+    through the columns (the `transposed` form of `_conv_vjp`), so the padding stays within the kernel's reach. A
+    first layer's few input channels (K = 27) keep the folded product, 0.7 against 0.85 ms."""
+    from plait.codegen import winograd_c  # here: at module level it would import the codegen before the op table
+
+    winograd = (
+        win.n * win.oh * win.ow >= winograd_c.PER_CALL_MIN_POSITIONS and min(win.c, co) >= winograd_c.MIN_CHANNELS
+    )
     return (
         x.node.device.startswith("cpu")
         and g == 1
@@ -355,7 +363,7 @@ def _forward_per_image(x: Tensor, win: Window, g: int) -> bool:
         and (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) == (3, 3, 1, 1, 1, 1)
         and win.ph <= 2
         and win.pw <= 2
-        and win.oh * win.ow >= PER_IMAGE_MIN_POSITIONS
+        and (win.oh * win.ow >= PER_IMAGE_MIN_POSITIONS or winograd)
     )
 
 
@@ -371,7 +379,7 @@ def _conv2d_folded(x: Tensor, weight: Tensor, win: Window, g: int) -> tuple[Tens
         cols = x.reshape(n, g, k, p).permute(1, 2, 0, 3).reshape(g, k, n * p)
     else:
         cols = Tensor(im2col(x.node, win)).reshape(g, k, n * p)
-    if _forward_per_image(x, win, g):
+    if _forward_per_image(x, win, g, co):
         # a second im2col node whose only reader is the product: the scheduler gathers its patches from the image
         # (or runs Winograd); the folded columns above then feed only the weight gradient
         image_cols = Tensor(im2col(x.node, dataclasses.replace(win, fold=False))).reshape(n, 1, k, p)

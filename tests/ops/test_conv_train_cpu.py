@@ -24,7 +24,7 @@ def test_forward_per_image_gradients_match_torch(case):
     xp = plait.tensor(x, device="cpu", requires_grad=True)
     wp = plait.tensor(wt, device="cpu", requires_grad=True)
     bp = plait.tensor(b, device="cpu", requires_grad=True)
-    assert F._forward_per_image(xp, F.Window(n, c, h, w, 3, 3, 1, 1, pad, pad, 1, 1, fold=True), 1)
+    assert F._forward_per_image(xp, F.Window(n, c, h, w, 3, 3, 1, 1, pad, pad, 1, 1, fold=True), 1, co)
     out = F.conv2d(xp, wp, bp, padding=pad)
     up = rand(out.shape, seed=3)  # a non-uniform output gradient, through a ReLU
     (out.relu() * plait.tensor(up, device="cpu")).sum().backward()
@@ -52,9 +52,9 @@ def test_small_or_first_layers_stay_folded():
     """Few positions per image (8x8) or few input channels (a first layer) keep the folded product."""
     win = F.Window(2, 16, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, fold=True)
     x = plait.tensor(rand((2, 16, 8, 8)), device="cpu")
-    assert not F._forward_per_image(x, win, 1)
+    assert not F._forward_per_image(x, win, 1, 16)
     x3 = plait.tensor(rand((2, 3, 32, 32)), device="cpu")
-    assert not F._forward_per_image(x3, F.Window(2, 3, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, fold=True), 1)
+    assert not F._forward_per_image(x3, F.Window(2, 3, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, fold=True), 1, 16)
 
 
 def test_large_weight_gradient_matches_torch():
