@@ -30,10 +30,11 @@ F(4, 3) (a plan's `m` = 4) runs 3x3 forwards and input gradients on the same ker
 outputs: 36 products per 16 outputs instead of 144, V and M 2.25x the image and the output instead of F(2, 3)'s 4x,
 so it also wins on 64-channel layers, where F(2, 3)'s traffic lost (`_auto43`). Its transforms' larger coefficients
 round about ten times coarser than F(2, 3)'s (about 5e-6 of the largest output against float64 on the H100's 3xTF32
-products, 2e-7 for F(2, 3)). Weight gradients stay F(2, 3), so a training forward on F(4, 3) makes its own V.
+products, 2e-7 for F(2, 3)). Weight gradients that run Winograd take F(4, 3) where the forward does (`R43_WGRAD`),
+and the two share V as F(2, 3)'s do.
 
 F(4, 5) (`m` = 4, `r` = 5) runs 5x5 forwards, input gradients and weight gradients with 8x8 tiles, 64 products per
-4x4 outputs; a training forward and its weight gradient share V as F(2, 3)'s do.
+4x4 outputs; a training forward and its weight gradient share V the same way.
 """
 
 from __future__ import annotations
@@ -139,10 +140,19 @@ R5_MIN_TILES = 4096
 R45_AUTO = True
 # ... and so do 5x5 weight gradients, with R45_WGRAD: dy's 4x4 tiles transformed to 8x8 (A dy A^T) and 64 products
 # over a quarter of F(2, 5)'s tiles, whose V the F(4, 5) training forward then shares. Their K chunks aim for
-# R45_WGRAD_TILE_TARGET 64x64 tiles in chunks of at least R45_WGRAD_MIN_CHUNK tile columns
+# R45_WGRAD_TILE_TARGET 64x64 tiles in chunks of at least R45_WGRAD_MIN_CHUNK tile columns. H100, alexnet's layer at
+# batch 64 (3136 tiles, 192 64x64 tiles per chunk; bench_winograd5_cl.py --sweep --sweep-mode 4): the product ran
+# 0.150 ms in 2 chunks of 1568 columns, 0.151 in 4 of 800, 0.154 in 8 of 416, 0.164 in 12 of 288 (each at its best
+# tiles), and 2 chunks pad V's columns (which the forward's product also runs over) least: 3136 against 3200-3456
 R45_WGRAD = True
-R45_WGRAD_TILE_TARGET = 1296
+R45_WGRAD_TILE_TARGET = 384
 R45_WGRAD_MIN_CHUNK = 512
+# 3x3 weight gradients run as F(4, 3) where F(2, 3)'s weight-gradient rule gives Winograd and `_auto43` F(4, 3): 36
+# products over a quarter of F(2, 3)'s tiles, V shared with the F(4, 3) training forward (their chunks follow F(2, 3)'s
+# 64x64-tile rule). H100, batch 64 training step, F(2, 3) / F(4, 3) weight gradients, interleaved twice: vgg16 80.64,
+# 80.86 / 72.93, 73.02 ms; resnet50 64.36, 65.86 / 65.15, 65.14 (its 128- to 512-channel layers at 28x28 to 7x7 lose
+# the 128x128 tiles of WGRAD_WIDE_KNOBS); the bench's output check the same (rel_error 0.0667 and 0.0273 both ways)
+R43_WGRAD = True
 
 
 @dataclass(frozen=True)
@@ -311,8 +321,9 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     over the tiles) run on the GEMM in `parts` K chunks, and `render_wgrad` sums the chunks and applies G^T . G.
     That is 16 multiplies per channel pair and 2x2 outputs where the direct product does 36. PLAIT_WINOGRAD_CL
     decides as for the forward: 'auto' with MIN_CHANNELS output and WGRAD_MIN_IN input channels and MIN_TILES
-    tiles (WGRAD_MIN_TILES_NARROW under MIN_CHANNELS input channels), 'off' never, '2' and '4' always: F(2, r),
-    except 5x5 ones as F(4, 5) under '4' and, with R45_WGRAD, under 'auto'."""
+    tiles (WGRAD_MIN_TILES_NARROW under MIN_CHANNELS input channels), 'off' never, '2' always as F(2, r), '4'
+    always as F(4, r). Under 'auto' 5x5 ones run as F(4, 5) with R45_WGRAD, 3x3 ones as F(4, 3) with R43_WGRAD
+    where `_auto43` says, else as F(2, r)."""
     r = _square(win)
     if not r:
         return None
@@ -327,7 +338,8 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
         return None
     if r == 5 and mode == "auto" and not _auto5(win.c, k, base.tiles):
         return None
-    if r == 5 and (mode == "4" or (mode == "auto" and R45_WGRAD)):
+    auto4 = R45_WGRAD if r == 5 else R43_WGRAD and _auto43(win.c, k, replace(base, m=4).tiles)
+    if mode == "4" or (mode == "auto" and auto4):
         base = replace(base, m=4)
     wide = base.xis * (k // 128) * (win.c // 128) if k % 128 == 0 and win.c % 128 == 0 and base.m == 2 else 0
     parts = _wgrad_parts(base.tiles, wide, WGRAD_WIDE_TARGET, WGRAD_WIDE_MIN_CHUNK) if wide else 0
@@ -335,7 +347,7 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
         # too few 128x128 tiles or too short chunks: 64x64 ones (the generic weight-gradient rule)
         target, shortest = (
             (R45_WGRAD_TILE_TARGET, R45_WGRAD_MIN_CHUNK)
-            if base.m == 4
+            if base.m == 4 and r == 5
             else (WGRAD_TILE_TARGET if r == 3 else R5_WGRAD_TILE_TARGET, WGRAD_MIN_CHUNK)
         )
         parts = _wgrad_parts(base.tiles, base.xis * -(-k // 64) * -(-win.c // 64), target, shortest)

@@ -75,8 +75,8 @@ def test_f43_on_tensor_cores_rounds_like_fp32(device, monkeypatch):
 
 @pytest.mark.parametrize("device", CL_DEVICES)
 def test_f43_training_step_parts(device):
-    """A training convolution under '4': the forward and the input gradient run F(4,3) (weight transformed per
-    call), the weight gradient F(2,3); all three match torch."""
+    """A training convolution under '4': the forward, the input gradient (weight transformed per call) and the weight
+    gradient run F(4,3); all three match torch."""
     n, c, k, h, w = 2, 12, 16, 11, 10
     x, wt, _ = _data(n, c, k, h, w)
     g = np.random.default_rng(5).standard_normal((n, k, h, w)).astype(np.float32)
@@ -153,26 +153,55 @@ def test_f43_product_tiles(geo, knobs):
 
 
 @pytest.mark.parametrize("device", CL_DEVICES)
-def test_f43_forward_with_f23_weight_gradient_in_one_plan(device):
-    """In one plan, an F(4,3) forward cannot take the F(2,3) weight gradient's input tiles (6x6 against 4x4), so it
-    makes its own: two input transforms, one of each size, and the output and weight gradient match torch."""
+@pytest.mark.parametrize("mode", ["2", "4"])
+def test_f43_forward_with_f23_weight_gradient_in_one_plan(device, mode):
+    """In one plan, an F(4,3) forward cannot take an F(2,3) weight gradient's input tiles (6x6 against 4x4), so it
+    makes its own (two input transforms, one of each size); an F(4,3) weight gradient's it takes (under '4', both
+    F(4,3): one). The output and weight gradient match torch either way."""
     rng = np.random.default_rng(1)
     xa = rng.standard_normal((2, 8, 9, 10)).astype(np.float32)
     wa = (rng.standard_normal((16, 8, 3, 3)) / np.sqrt(72)).astype(np.float32)
     ga = rng.standard_normal((2, 16, 9, 10)).astype(np.float32)
     x = plait.tensor(xa, device=device, requires_grad=True)
     wt = plait.tensor(wa, device=device, requires_grad=True)
-    with settings.override(PLAIT_WINOGRAD_CL="4"):
+    with settings.override(PLAIT_WINOGRAD_CL=mode):  # the weight gradient's plan is made with the convolution
         out = F.conv2d(x, wt, padding=1)
         loss = (out * plait.tensor(ga, device=device)).sum()
         seed = plait.Tensor.from_numpy(np.ones((), np.float32), device=device).node
         node = autodiff.gradients(loss.node, seed, [wt.node])[wt.node.uid]
+    with settings.override(PLAIT_WINOGRAD_CL="4"):  # the forward's as the plan is scheduled
         plan = Plan([out.node, node])
     ms = sorted(it.out.arg.m for it in plan.items if it.out.op == "winograd_cl_input")
-    assert ms == [2, 4], ms
+    assert ms == ([2, 4] if mode == "2" else [4]), ms
     got_out, got_w = plan()
     wr = torch.tensor(wa, dtype=torch.float64, requires_grad=True)
     ref = torch.nn.functional.conv2d(torch.tensor(xa, dtype=torch.float64), wr, padding=1)
     (ref * torch.tensor(ga, dtype=torch.float64)).sum().backward()
     assert wr.grad is not None
     assert _err(got_out, ref.detach().numpy()) <= TOL and _err(got_w, wr.grad.numpy()) <= TOL
+
+
+@pytest.mark.parametrize(
+    ("geo", "m"),
+    [
+        ((64, 128, 128, 28, 28), 4),  # resnet50's 128-channel stage at batch 64
+        ((64, 512, 512, 7, 7), 4),  # 256 tiles of 4x4 outputs
+        ((64, 64, 128, 112, 112), 4),  # vgg16's conv2_1
+        ((64, 64, 64, 56, 56), 0),  # 64 output channels: F(2,3)'s rule keeps the direct product
+        ((1, 512, 512, 28, 28), 0),  # batch 1: 196 tiles of 2x2 outputs, under MIN_TILES
+    ],
+)
+def test_f43_weight_gradient_choice(geo, m):
+    """Under 'auto' (R43_WGRAD) a 3x3 weight gradient that F(2,3)'s rule gives Winograd runs as F(4,3) where
+    `_auto43` says; '2' keeps F(2,3), '4' always F(4,3)."""
+    n, c, k, h, w = geo
+    win = Window(n, c, h, w, 3, 3, 1, 1, 1, 1)
+    with settings.override(PLAIT_WINOGRAD_CL="auto"):
+        p = winograd_cl.wgrad_plan(win, k)
+    assert (p.m if p else 0) == (m if winograd_cl.R43_WGRAD or not m else 2)
+    if p is not None:
+        assert (p.r, p.xis, p.tiles) == (3, p.alpha**2, n * -(-h // p.m) * -(-w // p.m))
+    with settings.override(PLAIT_WINOGRAD_CL="2"):
+        assert winograd_cl.wgrad_plan(win, k).m == 2
+    with settings.override(PLAIT_WINOGRAD_CL="4"):
+        assert winograd_cl.wgrad_plan(win, k).m == 4

@@ -153,7 +153,6 @@ def test_f25_weight_gradient_chunks() -> None:
     12672 columns; a 3x3 128 -> 192 layer keeps the fewest chunks that make WGRAD_TILE_TARGET (11 of 16 x 3 x 2)."""
     with settings.override(PLAIT_WINOGRAD_CL="2"):
         r5 = winograd_cl.wgrad_plan(Window(64, 64, 27, 27, 5, 5, 1, 1, 2, 2), 192)
-    with settings.override(PLAIT_WINOGRAD_CL="auto"):
         r3 = winograd_cl.wgrad_plan(Window(64, 128, 27, 27, 3, 3, 1, 1, 1, 1), 192)
     if winograd_cl.R5_AUTO:
         assert r5 is not None and (r5.r, r5.parts, r5.pad, r5.tp) == (5, 12, 12 * 32, 12672)

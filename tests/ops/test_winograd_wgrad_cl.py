@@ -84,11 +84,12 @@ def test_winograd_weight_gradient_in_k_chunks(device: str, monkeypatch: pytest.M
     assert float(np.abs(got.astype(np.float64) - want).max()) <= TOL * scale
 
 
-def test_auto_picks_wide_layers_in_chunks_of_whole_k_steps() -> None:
+def test_auto_picks_wide_layers_in_chunks_of_whole_k_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """'auto' keeps layers with 64 output channels (or under 64 input ones) on the direct product and splits the
     others' tile columns into chunks of at least WGRAD_MIN_CHUNK (whole 32-column steps): with channels in whole
     128s the fewest that make WGRAD_WIDE_TARGET 128x128 tiles in chunks of WGRAD_WIDE_MIN_CHUNK or more, else (or
-    where no such chunks make them) those that make WGRAD_TILE_TARGET 64x64 tiles."""
+    where no such chunks make them) those that make WGRAD_TILE_TARGET 64x64 tiles. (F(2,3)'s rule: R43_WGRAD off.)"""
+    monkeypatch.setattr(winograd_cl, "R43_WGRAD", False)
     with settings.override(PLAIT_WINOGRAD_CL="auto"):
         assert winograd_cl.wgrad_plan(Window(64, 64, 56, 56, 3, 3, 1, 1, 1, 1), 64) is None
         assert winograd_cl.wgrad_plan(Window(64, 32, 112, 112, 3, 3, 1, 1, 1, 1), 128) is None
