@@ -1,6 +1,6 @@
 """The cpu's stride-2 3x3 convolution with output channels across the vector lanes (plait/codegen/conv_s2_c.py:
 weights packed at plan build, bands of input rows split into even and odd columns, resnet's downsampling layers).
-Checked against PyTorch on odd and even planes, padding 0-2, rows of 5-29 pixels (partial and whole pixel tiles and
+Checked against PyTorch on odd and even planes, padding 0-2, rows of 7-29 pixels (partial and whole pixel tiles and
 16 x 16 transposes), uneven bands, input channels that are not a multiple of the lanes, output channels that fill
 part of a 64-channel panel, batches, a fused epilogue with a residual, and weights as plan inputs (the GEMM)."""
 
@@ -13,11 +13,12 @@ import plait.nn.functional as F
 from tests.helpers import assert_close, rand
 
 CASES = [  # n, cin, h, w, cout, padding
-    (4, 16, 14, 14, 64, 1),  # four 7x7 output planes (resnet's layer4 at a batch), one band, one panel
-    (2, 24, 19, 21, 48, 1),  # two images, 10x11 outputs, 24 input channels, three 16-channel groups of a panel
+    (1, 16, 28, 28, 64, 1),  # 14x14 outputs (resnet's layer3): two bands of 7 rows, one panel
+    (4, 16, 14, 14, 64, 1),  # four 7x7 output planes (resnet's layer4 at a batch): one band each
+    (2, 24, 31, 29, 48, 1),  # two images, 16x15 outputs, 24 input channels, three 16-channel groups of a panel
     (1, 20, 58, 57, 128, 1),  # 29x29 outputs: four bands of 8 (the last 5), two panels, a partial transpose
-    (10, 17, 9, 12, 32, 0),  # no padding: ten images of 4x5 outputs, 17 input channels
-    (8, 16, 8, 7, 80, 2),  # padding 2, eight images of 5x5 outputs, a panel and a 16-channel remainder
+    (1, 17, 30, 33, 32, 0),  # no padding: 14x16 outputs, 17 input channels
+    (2, 16, 29, 27, 80, 2),  # padding 2, two images of 16x15 outputs, a panel and a 16-channel remainder
 ]
 
 
