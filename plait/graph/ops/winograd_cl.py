@@ -1,7 +1,7 @@
 """The OpenCL Winograd transforms around the batched GEMM (plait/codegen/winograd_cl.py): nodes the scheduler adds
-when it runs a convolution with Winograd's F(2,3) or F(2,5) on an OpenCL device, and the weight gradient of a training
-convolution that `nn.functional`'s convolution gradient builds with them (`winograd_cl_wgrad`). They never appear
-in a user's graph, so they have no gradient."""
+when it runs a convolution with Winograd's F(2,3), F(2,5), F(4,3) or F(4,5) on an OpenCL device, and the weight
+gradient of a training convolution that `nn.functional`'s convolution gradient builds with them
+(`winograd_cl_wgrad`). They never appear in a user's graph, so they have no gradient."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ def winograd_cl_input(image: Node, plan: winograd_cl.WinogradCLPlan) -> Node:
 
 def winograd_cl_wgrad(dy: Node, x: Node, plan: winograd_cl.WinogradCLPlan) -> Node:
     """The (K, C, r, r) weight gradient of an r x r stride-1 convolution of `x` (N, C, H, W) with output gradient
-    `dy` (N, K, OH, OW) by Winograd F(2,r) (`winograd_cl.wgrad_plan`; alpha = r + 1): the transforms of dy's 2x2
-    tiles D (alpha^2, K, T) and of x's alpha x alpha tiles V (alpha^2, C, T), the alpha^2 products D[xi] @ V[xi]^T
-    as one batched GEMM in `plan.parts` K chunks (both operands read along the tiles in place), and the kernel that
-    sums the chunks and transforms back."""
+    `dy` (N, K, OH, OW) by Winograd F(m,r) (`winograd_cl.wgrad_plan`; alpha = m + r - 1): the transforms of dy's
+    m x m tiles D (alpha^2, K, T) and of x's alpha x alpha tiles V (alpha^2, C, T), the alpha^2 products
+    D[xi] @ V[xi]^T as one batched GEMM in `plan.parts` K chunks (both operands read along the tiles in place), and
+    the kernel that sums the chunks and transforms back."""
     p = plan
     if dy.shape != (p.n, p.k, p.oh, p.ow) or x.shape != (p.n, p.c, p.h, p.w):
         raise ShapeError(
