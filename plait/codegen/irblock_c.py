@@ -66,6 +66,20 @@ class IRBlockPlan:
         return -(-self.m2 // VW) * VW
 
     @property
+    def cache_strips(self) -> int:
+        """Fewest strips of output rows an image is cut into so that a strip's scratch for one panel of channels
+        (bordered expanded rows and depthwise output) fits in L2_CHUNK bytes: 2 on a 56x56 stride-1 plane, 4 on a
+        112x112 stride-2 one, 1 on smaller planes."""
+        rows = 1
+        while rows < self.ho and self._strip_bytes(rows + 1) <= L2_CHUNK:
+            rows += 1
+        return -(-self.ho // rows)
+
+    def _strip_bytes(self, rows: int) -> int:
+        """Bytes of one panel's scratch for a strip of `rows` output rows."""
+        return (((rows - 1) * self.stride + 3) * (self.w + 2) + rows * self.wo) * GP * 4
+
+    @property
     def by_rows(self) -> bool:
         """Whether threads split the block by images and output rows (several images, or planes over ROWS_PIXELS
         pixels), not by channels."""
@@ -166,6 +180,7 @@ def render(
      whole images; one image on a small plane split by channels */
   int by_rows = {int(p.by_rows)} || threads == 1;
   int strips = by_rows && threads > images ? (threads + images - 1) / images : 1;
+  if (by_rows && strips < {p.cache_strips}) strips = {p.cache_strips}; /* strips whose scratch stays in L2 */
   int strip = (ho + strips - 1) / strips, eh = (strip - 1) * {p.stride} + 3;
   /* channel vectors per chunk: the chunk's bordered strip and depthwise output fit in L2_CHUNK bytes */
   long per_vector = ((long)eh * {wp} + (long)strip * wo) * {VW};

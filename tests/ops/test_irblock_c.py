@@ -73,7 +73,7 @@ CASES = [  # input channels, expanded channels, output channels, images and plan
     (16, 96, 24, (14, 14), 2, False),  # stride 2 on an even plane
     (24, 144, 40, (13, 13), 2, False),  # stride 2 on an odd plane: the last strip's bottom border is the zero row
     (40, 192, 70, (11, 11), 2, False),  # 70 output channels: a partial vector and a partial panel
-    (8, 96, 8, (52, 52), 1, True),  # at one and two threads, the expanded strip in two chunks of channels
+    (8, 96, 8, (52, 52), 1, True),  # two strips (at one thread too, for L2), each in two chunks of channels
     (8, 48, 8, (2, 400), 2, False),  # one output row: a second thread has no rows
     # planes of up to 49 pixels: threads split the expanded channels
     (24, 144, 24, (5, 5), 1, True),  # 25 pixels: a partial pixel tile in both products
