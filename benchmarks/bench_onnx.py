@@ -6,6 +6,9 @@ plait's cpu device PLAIT_NUM_THREADS=2 (--threads), OMP_WAIT_POLICY=PASSIVE for 
 
 --twins also times plait's own twin of each net (plait.models, the exported torch model's weights loaded) as a
 plait.jit plan called on the same host array, so the ONNX path and the twin pay the same copies in and out.
+--plans (with --twins) also prints, after the table, where the two plans differ launch by launch (kernel kind,
+fused ops, shape, kernel name, which names the tile), with the launch count, the kernels run once at build (work
+on constants) and the plan's memory.
 
 Outputs are checked to agree before a time is reported. The contenders run in turn, round by round, so that load
 from other jobs on a shared machine falls on all of them alike. Prints a Markdown table (for docs/benchmarks.md).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import difflib
 import io
 import os
 import platform
@@ -37,6 +41,8 @@ from plait.bench.timing import summarize
 from plait.frontends.native.jit import Jit
 from plait.models import architectures, torch_reference
 from plait.onnx import InferenceSession
+from plait.schedule.plan import Plan
+from plait.schedule.profile import item_work
 
 MODELS = ["alexnet", "resnet18", "resnet50", "vgg16", "mobilenet_v2"]
 
@@ -77,29 +83,67 @@ def export(name: str) -> bytes:
 # for plait and torch): whoever ran next in a round paid for it (resnet18 b1 under load: 116 ms after ORT, 85 ms
 # elsewhere), so every timed call is followed by this pause before the next contender starts
 SETTLE_S = 0.2
+# and a call of ORT (named "ort") by this longer one: under load (6-7 on the 2 cores) 0.2 s was not enough. The twin
+# of mobilenet_v2 b1 at 2 threads, medians of 31 rounds: 54.2 ms 0.2 s after ORT, 50.6 ms 1 s after it, 48.2 ms
+# 0.2 s after ORT with spinning off, 45.3 ms after no ORT (resnet18 b1: 276 ms at once, 184 after 0.2 s, 180 after
+# 1 s, 166 after no ORT)
+ORT_SETTLE_S = 1.0
+
+
+def round_order(names: list[str], r: int) -> list[str]:
+    """The order of round `r`: the contenders other than "ort" in a rotation by `r`, then "ort" if it is one. The
+    first of a round is the one that follows the previous round's ORT call, so each other contender follows ORT
+    equally often (plain rotations of three contenders put the same one after ORT in two rounds of three)."""
+    rest = [n for n in names if n != "ort"]
+    k = r % len(rest)
+    return rest[k:] + rest[:k] + (["ort"] if "ort" in names else [])
 
 
 def measure_rounds(fns: dict[str, Callable[[], Any]], iters: int, max_seconds: float) -> dict[str, dict[str, Any]]:
-    """Time each of `fns` once per round, in a rotating order, for up to `iters` rounds (at least 3, fewer once
-    they pass `max_seconds` of timed calls) after one warm-up each: on a machine that other jobs share, a change of
-    load then hits every contender alike. Per name, plait.bench.timing.measure's statistics (median, quartiles, min,
-    max, samples)."""
+    """Time each of `fns` once per round, in the order `round_order` gives, for up to `iters` rounds (at least 3,
+    fewer once they pass `max_seconds` of timed calls) after one warm-up each: on a machine that other jobs share, a
+    change of load then hits every contender alike. Each call is followed by a pause (SETTLE_S, ORT_SETTLE_S after
+    "ort"). Per name, plait.bench.timing.measure's statistics (median, quartiles, min, max, samples)."""
     names = list(fns)
     for n in names:
         fns[n]()
-        time.sleep(SETTLE_S)
+        time.sleep(ORT_SETTLE_S if n == "ort" else SETTLE_S)
     samples: dict[str, list[float]] = {n: [] for n in names}
     spent = 0.0
     for r in range(iters):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
+        for n in round_order(names, r):
             t0 = time.perf_counter()
             fns[n]()
             samples[n].append((time.perf_counter() - t0) * 1e3)
             spent += samples[n][-1] / 1e3
-            time.sleep(SETTLE_S)
+            time.sleep(ORT_SETTLE_S if n == "ort" else SETTLE_S)
         if spent > max_seconds and r >= 2:
             break
     return {n: summarize(v) for n, v in samples.items()}
+
+
+def _launches(plan: Plan) -> list[str]:
+    """One line per launch: kind, fused ops, GEMM/output shape and the kernel's name without its source hash."""
+    out = []
+    for item, kernel in zip(plan.launched, plan.kernels, strict=True):
+        ops = "+".join(dict.fromkeys(item_work(item)[2]))
+        g = item.gemm
+        shape = f"b{g.batch} m{g.m} n{g.n} k{g.k}" if g is not None else "x".join(map(str, item.out.shape))
+        out.append(f"{item.kind} {ops} {shape} {kernel.name.rsplit('_', 1)[0]}")
+    return out
+
+
+def plan_diff(onnx_plan: Plan | None, twin_plan: Plan) -> str:
+    """Where the ONNX path's plan and the twin's differ (a unified diff of `_launches`), after a summary line."""
+    if onnx_plan is None:
+        return "the ONNX path has no plan (every output known at import)"
+    head = " / ".join(
+        f"{len(p.kernels)} launches, {sum(bool(i.extra.get('constant')) for i in p.items)} kernels on constants run"
+        f" at build, {p.peak_bytes / 1e6:.1f} MB"
+        for p in (onnx_plan, twin_plan)
+    )
+    diff = difflib.unified_diff(_launches(onnx_plan), _launches(twin_plan), "onnx", "twin", lineterm="", n=0)
+    return "\n".join([f"ONNX / twin: {head}", *diff])
 
 
 def _cell(m: dict[str, Any]) -> str:
@@ -114,6 +158,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--max-seconds", type=float, default=20.0)
     ap.add_argument("--twins", action="store_true", help="also time plait's own twin of each net")
+    ap.add_argument("--plans", action="store_true", help="with --twins: print where the two plans differ")
     args = ap.parse_args()
     opts = ort.SessionOptions()
     threads = int(os.environ["PLAIT_NUM_THREADS"])
@@ -131,6 +176,7 @@ def main() -> None:
         + twin_head
     )
     print("| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * args.twins)
+    diffs: list[str] = []  # --plans: printed after the table
     for name in args.models:
         model = export(name)
         ref = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
@@ -148,6 +194,8 @@ def main() -> None:
             if own is not None:
                 np.testing.assert_allclose(own(x), want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
                 fns["twin"] = partial(own, x)
+                if args.plans:
+                    diffs.append(f"{name} b{batch}: {plan_diff(sess.plan_for(feed), own.plan_for([x])[0])}")
             t = measure_rounds(fns, args.iters, args.max_seconds)
             p, o = t["plait"], t["ort"]
             extra = f" {_cell(t['twin'])} | {p['median_ms'] / t['twin']['median_ms']:.2f} |" if own is not None else ""
@@ -157,6 +205,7 @@ def main() -> None:
                 flush=True,
             )
     print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    print("\n".join(diffs))
 
 
 if __name__ == "__main__":
