@@ -153,6 +153,11 @@ R45_WGRAD_MIN_CHUNK = 512
 # 80.86 / 72.93, 73.02 ms; resnet50 64.36, 65.86 / 65.15, 65.14 (its 128- to 512-channel layers at 28x28 to 7x7 lose
 # the 128x128 tiles of WGRAD_WIDE_KNOBS); the bench's output check the same (rel_error 0.0667 and 0.0273 both ways)
 R43_WGRAD = True
+# ... and with R43_WGRAD, 64-channel ones (under F(2, 3)'s MIN_CHANNELS) from R43_WGRAD_NARROW_MIN_TILES 4x4-output
+# tiles. H100, batch 64 training step, one pair with the rule at 1024 tiles against without (03:06-03:09 UTC):
+# vgg16 (conv1_2, 64 -> 64 at 224x224: 200704 tiles) 73.37 -> 70.21 ms; resnet50 (64 -> 64 at 56x56: 12544) 63.83 ->
+# 64.37, resnet18 19.19 ±0.51 -> 18.43 (18.34-18.58 without in the call before); the threshold lies between them
+R43_WGRAD_NARROW_MIN_TILES = 50176
 
 
 @dataclass(frozen=True)
@@ -323,7 +328,7 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     decides as for the forward: 'auto' with MIN_CHANNELS output and WGRAD_MIN_IN input channels and MIN_TILES
     tiles (WGRAD_MIN_TILES_NARROW under MIN_CHANNELS input channels), 'off' never, '2' always as F(2, r), '4'
     always as F(4, r). Under 'auto' 5x5 ones run as F(4, 5) with R45_WGRAD, 3x3 ones as F(4, 3) with R43_WGRAD
-    where `_auto43` says, else as F(2, r)."""
+    where `_auto43` says (also 64-channel ones with R43_WGRAD_NARROW_MIN_TILES 4x4 tiles), else as F(2, r)."""
     r = _square(win)
     if not r:
         return None
@@ -334,7 +339,9 @@ def wgrad_plan(win: Any, k: int) -> WinogradCLPlan | None:
     base = replace(base, r=r) if r != 3 else base
     narrow = k < MIN_CHANNELS or win.c < WGRAD_MIN_IN
     fewest = MIN_TILES if win.c >= MIN_CHANNELS else WGRAD_MIN_TILES_NARROW
-    if mode == "off" or (mode == "auto" and (narrow or base.tiles < fewest)):
+    f43_narrow = mode == "auto" and r == 3 and R43_WGRAD and min(win.c, k) >= F43_MIN_CHANNELS
+    f43_narrow = f43_narrow and replace(base, m=4).tiles >= R43_WGRAD_NARROW_MIN_TILES
+    if mode == "off" or (mode == "auto" and not f43_narrow and (narrow or base.tiles < fewest)):
         return None
     if r == 5 and mode == "auto" and not _auto5(win.c, k, base.tiles):
         return None

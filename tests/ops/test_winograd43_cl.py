@@ -187,13 +187,15 @@ def test_f43_forward_with_f23_weight_gradient_in_one_plan(device, mode):
         ((64, 128, 128, 28, 28), 4),  # resnet50's 128-channel stage at batch 64
         ((64, 512, 512, 7, 7), 4),  # 256 tiles of 4x4 outputs
         ((64, 64, 128, 112, 112), 4),  # vgg16's conv2_1
-        ((64, 64, 64, 56, 56), 0),  # 64 output channels: F(2,3)'s rule keeps the direct product
+        ((64, 64, 64, 224, 224), 4),  # vgg16's conv1_2: 64 channels, 200704 tiles (R43_WGRAD_NARROW_MIN_TILES)
+        ((64, 64, 64, 56, 56), 0),  # 64 channels, 12544 tiles: F(2,3)'s rule keeps the direct product
         ((1, 512, 512, 28, 28), 0),  # batch 1: 196 tiles of 2x2 outputs, under MIN_TILES
     ],
 )
 def test_f43_weight_gradient_choice(geo, m):
     """Under 'auto' (R43_WGRAD) a 3x3 weight gradient that F(2,3)'s rule gives Winograd runs as F(4,3) where
-    `_auto43` says; '2' keeps F(2,3), '4' always F(4,3)."""
+    `_auto43` says, and so does a 64-channel one with R43_WGRAD_NARROW_MIN_TILES tiles; '2' keeps F(2,3), '4' always
+    F(4,3)."""
     n, c, k, h, w = geo
     win = Window(n, c, h, w, 3, 3, 1, 1, 1, 1)
     with settings.override(PLAIT_WINOGRAD_CL="auto"):
