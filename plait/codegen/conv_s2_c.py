@@ -8,7 +8,7 @@ packing); each task splits a band of input rows into the stride's even and odd c
 PX output pixels are PX consecutive floats that the micro-kernel broadcasts; a panel's weights run in passes of
 `gemm_c.DIRECT_LANES_KC_BYTES` that stay in L1 over every row of the band; the band's sums go back to the NCHW planes
 through the 16 x 16 transposing store, and the fused epilogue runs on each panel's rows while they are in cache.
-Tasks are (image, band of rows, run of panels), so one image's 7x7 or 14x14 plane still feeds both threads.
+Tasks are (image, band of rows, run of panels), so one image's 14x14 or 28x28 plane still feeds both threads.
 """
 
 from __future__ import annotations
@@ -42,10 +42,9 @@ def fits(spec: Any) -> bool:
 
 def plan(spec: Any) -> LanesPlan:
     """The packing and register tile of `spec`: gemm_c.DIRECT_LANES_CV channel vectors times the pixel count that
-    pads an output row least (gemm_c.direct_lanes' rule), the weight view read by the packing."""
+    pads an output row least (the stems' rule), the weight view read by the packing."""
     ao, _, sam, sak = spec.a
-    px = min(gemm_c.DIRECT_LANES_PX, key=lambda p: (-(-spec.conv.ow // p) * p, -p))
-    return LanesPlan(spec.m, spec.k, px, gemm_c.DIRECT_LANES_CV, (ao, sam, sak))
+    return LanesPlan(spec.m, spec.k, gemm_c.lanes_pixels(spec.conv.ow), gemm_c.DIRECT_LANES_CV, (ao, sam, sak))
 
 
 DRIVER = """//@shared-begin plait_conv_s2_@CV@x@PX@

@@ -1459,8 +1459,12 @@ def direct_lanes(win: Any, m: int, k: int) -> tuple[int, int] | None:
     m not a whole number of channel blocks, or fewer than DIRECT_LANES_MIN_K patch elements."""
     if m % (DIRECT_LANES_CV * VW) or k < DIRECT_LANES_MIN_K:
         return None
-    ow = win.ow
-    return DIRECT_LANES_CV, min(DIRECT_LANES_PX, key=lambda p: (-(-ow // p) * p, -p))
+    return DIRECT_LANES_CV, lanes_pixels(win.ow)
+
+
+def lanes_pixels(ow: int) -> int:
+    """The pixels per register tile (of DIRECT_LANES_PX) that pad an output row of ow pixels least, the most on a tie."""
+    return min(DIRECT_LANES_PX, key=lambda p: (-(-ow // p) * p, -p))
 
 
 def direct_library(win: Any, m: int, k: int) -> str:
