@@ -21,22 +21,22 @@ from plait.codegen.pointwise_c import LanesPlan
 S2_BAND_ROWS = 8  # output rows per band at most: bands are as even as that allows (28 rows: 4 bands of 7)
 S2_TASKS_PER_THREAD = 2  # tasks per thread a call aims for when its images' bands are fewer
 S2_MIN_CIN = 16  # input channels from which the kernel runs (below, the stems' direct forms or the GEMM)
-# Output pixels (all images of a call) from which the kernel runs: on one 7x7 output plane (resnet's layer4 at batch
-# 1) it took 1.02-1.05x the GEMM's time; on 16 such planes 0.79-1.04x (median 0.97 in six A/Bs); on 14x14 and 28x28
-# planes 0.69-0.90x (docs/benchmarks.md).
+# Output pixels per image from which the kernel runs: on 7x7 output planes (resnet's layer4) it was level with the
+# GEMM or behind (batch 1: 1.02-1.05x its time; batch 16: 0.96-1.07x inside whole replays, median 1.03, one
+# thread), on 14x14 and 28x28 planes 0.69-0.93x (docs/benchmarks.md).
 S2_MIN_PIXELS = 196
 
 
 def fits(spec: Any) -> bool:
     """Whether convolution product `spec` runs here: a 3x3 window of stride 2 (dilation 1) over one weight for every
     image (no groups), its patch columns per image (not folded for a weight gradient), a whole number of 16-channel
-    output vectors, at least S2_MIN_CIN input channels and S2_MIN_PIXELS output pixels in all."""
+    output vectors, at least S2_MIN_CIN input channels and S2_MIN_PIXELS output pixels per image."""
     win = spec.conv
     if win is None or win.fold or spec.a_nchw is not None:
         return False
     window = (win.kh, win.kw, win.sh, win.sw, win.dh, win.dw) == (3, 3, 2, 2, 1, 1)
     shared = spec.a[1] == 0 and spec.a_inner == 0
-    wide = spec.batch * spec.n >= S2_MIN_PIXELS and spec.k // 9 >= S2_MIN_CIN
+    wide = spec.n >= S2_MIN_PIXELS and spec.k // 9 >= S2_MIN_CIN
     return window and shared and wide and spec.m % gemm_c.VW == 0
 
 
