@@ -2,7 +2,9 @@
 cpu_team.py) that stamps, for every step and thread, the wall clock before the step's barrier, after it and after the
 kernel, and the thread's CPU clock around the kernel. It says per kernel how long the slowest thread worked (the
 step's critical path), how long the other one waited at the next barrier (imbalance), and the threads' CPU time
-summed against the same replay on one thread (work inflation: what the two cores' shared caches cost).
+summed against the same replay on one thread (work inflation: what the two cores' shared caches cost). --ort runs
+ONNX Runtime's export of the same net at one and two intra-op threads in the same rounds (its wall time and the sum
+of its profiler's node times), so plait's scaling and ORT's come from the same minutes.
 
     OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2 PLAIT_NUM_THREADS=2 .venv/bin/python \
         benchmarks/bench_team_steps.py resnet50 --batch 1 --replays 30 --fifo --top 25
@@ -16,13 +18,15 @@ import ctypes
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_onnx import MODELS, twin
+from bench_onnx import MODELS, export, twin
 from bench_source_ab import patched_compilers
 from bench_team_barrier import scheduling
 
@@ -108,6 +112,30 @@ def per_step(st: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
+def ort_sessions(model: str, folder: str) -> dict[int, Any]:
+    """ONNX Runtime sessions of the exported net at one and two intra-op threads, its node profiler on."""
+    import onnxruntime as ort
+
+    data = export(model)
+    out = {}
+    for threads in (1, 2):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(folder, f"ort{threads}")
+        out[threads] = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    return out
+
+
+def ort_nodes_ms(sess: Any) -> float:
+    """The sum over the session's nodes of each node's median profiled time (ms)."""
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    for e in json.loads(Path(sess.end_profiling()).read_text()):
+        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
+            times[e["name"]].append(e["dur"] / 1e3)
+    return float(sum(np.median(v) for v in times.values()))
+
+
 def build(model: str, batch: int, x: np.ndarray) -> tuple[object, TeamRun, np.ndarray]:
     """The twin's plan, its one team run over every kernel, and its output."""
     f = twin(model, "cpu")
@@ -163,12 +191,17 @@ def main() -> None:
         metavar=("OLD", "NEW"),
         help="also plan B: every kernel source with OLD replaced by NEW (repeat for more replacements)",
     )
+    ap.add_argument("--ort", action="store_true", help="also ONNX Runtime at one and two threads, same rounds")
     args = ap.parse_args()
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     plans = {"A": build(args.model, args.batch, x)}
     if args.ab:
         patched_compilers([(old, new) for old, new in args.ab])
         plans["B"] = build(args.model, args.batch, x)
+    folder = tempfile.TemporaryDirectory()
+    sessions = ort_sessions(args.model, folder.name) if args.ort else {}
+    ort_walls: dict[int, list[float]] = {1: [], 2: []}
+    ort_y = [sess.run(None, {"x": x})[0] for sess in sessions.values()]
     steal0, t0 = steal_ticks(), time.time()
     if args.fifo:
         scheduling(os.SCHED_FIFO, 1)
@@ -180,6 +213,14 @@ def main() -> None:
                 st, walls = stamped_replays(plan.device, run, threads, args.replays)  # type: ignore[attr-defined]
                 old = res[label].get(threads)
                 res[label][threads] = (st, walls) if old is None else (np.concatenate([old[0], st]), old[1] + walls)
+        for threads, sess in sessions.items():
+            sess.run(None, {"x": x})
+            for _ in range(args.replays):
+                t1 = time.perf_counter()
+                sess.run(None, {"x": x})
+                ort_walls[threads].append((time.perf_counter() - t1) * 1e3)
+            if args.fifo:  # ORT's new pool threads join the real-time class too
+                scheduling(os.SCHED_FIFO, 1)
     if args.fifo:
         scheduling(os.SCHED_OTHER, 0)
     steal = (steal_ticks() - steal0) / (100 * 2 * (time.time() - t0))
@@ -193,6 +234,19 @@ def main() -> None:
         out[label] = summary(plan, run, res[label])
         if label != "A":
             out[f"{label} max abs diff"] = float(np.abs(y - plans["A"][2]).max())
+    if sessions:
+        ort_ms = {t: float(np.median(w)) for t, w in ort_walls.items()}
+        out["ORT"] = {
+            "max abs diff vs A": float(max(np.abs(y - plans["A"][2]).max() for y in ort_y)),
+            "1t wall ms (median)": round(ort_ms[1], 2),
+            "2t wall ms (median)": round(ort_ms[2], 2),
+            "1t nodes ms": round(ort_nodes_ms(sessions[1]), 2),
+            "2t nodes ms": round(ort_nodes_ms(sessions[2]), 2),
+        }
+        for label in plans:
+            walls = {t: float(np.median(res[label][t][1])) for t in (1, 2)}
+            out[f"{label} / ORT wall (1t, 2t)"] = [round(walls[t] / ort_ms[t], 3) for t in (1, 2)]
+    folder.cleanup()
     print(json.dumps(out))
     plan, run, _ = plans["A"]
     one, two = per_step(res["A"][1][0]), per_step(res["A"][2][0])
