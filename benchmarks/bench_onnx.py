@@ -95,7 +95,7 @@ def round_order(names: list[str], r: int) -> list[str]:
     first of a round is the one that follows the previous round's ORT call, so each other contender follows ORT
     equally often (plain rotations of three contenders put the same one after ORT in two rounds of three)."""
     rest = [n for n in names if n != "ort"]
-    k = r % len(rest)
+    k = r % len(rest) if rest else 0
     return rest[k:] + rest[:k] + (["ort"] if "ort" in names else [])
 
 
