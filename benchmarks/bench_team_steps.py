@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, export, twin
+from bench_ort_nodes import node_kind
 from bench_source_ab import patched_compilers
 from bench_team_barrier import scheduling
 
@@ -127,13 +128,20 @@ def ort_sessions(model: str, folder: str) -> dict[int, Any]:
     return out
 
 
-def ort_nodes_ms(sess: Any) -> float:
-    """The sum over the session's nodes of each node's median profiled time (ms)."""
+def ort_nodes_ms(sess: Any) -> dict[str, float]:
+    """Each node's median profiled time (ms), summed per kind (bench_ort_nodes.node_kind: pointwise, conv, ...)
+    and over all nodes ("all")."""
     times: dict[str, list[float]] = collections.defaultdict(list)
+    kinds: dict[str, str] = {}
     for e in json.loads(Path(sess.end_profiling()).read_text()):
         if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
             times[e["name"]].append(e["dur"] / 1e3)
-    return float(sum(np.median(v) for v in times.values()))
+            kinds[e["name"]] = node_kind(e.get("args", {}))
+    out: dict[str, float] = collections.defaultdict(float)
+    for name, t in times.items():
+        out[kinds[name]] += float(np.median(t))
+        out["all"] += float(np.median(t))
+    return {k: round(v, 2) for k, v in out.items()}
 
 
 def build(model: str, batch: int, x: np.ndarray) -> tuple[object, TeamRun, np.ndarray]:
@@ -240,8 +248,8 @@ def main() -> None:
             "max abs diff vs A": float(max(np.abs(y - plans["A"][2]).max() for y in ort_y)),
             "1t wall ms (median)": round(ort_ms[1], 2),
             "2t wall ms (median)": round(ort_ms[2], 2),
-            "1t nodes ms": round(ort_nodes_ms(sessions[1]), 2),
-            "2t nodes ms": round(ort_nodes_ms(sessions[2]), 2),
+            "1t nodes ms": ort_nodes_ms(sessions[1]),
+            "2t nodes ms": ort_nodes_ms(sessions[2]),
         }
         for label in plans:
             walls = {t: float(np.median(res[label][t][1])) for t in (1, 2)}
