@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from plait import settings
-from plait.codegen import gemm, irblock_c, winograd_c, winograd_cl
+from plait.codegen import gemm, irblock_c, stem_pool_c, winograd_c, winograd_cl
 from plait.codegen.cstyle import RenderedKernel
 from plait.errors import CompileError, PlaitError, TraceError
 from plait.graph.node import Node, toposort
@@ -45,6 +45,8 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
     if item.kind == "pointwise":  # a 1x1 convolution across the vector lanes, its weights packed at plan build
         assert item.gemm is not None
         return gemm.render_c(item.gemm, None, r, item.epilogue(), lanes=item.extra["lanes"])
+    if item.kind == "stempool":  # an image stem and the max pool after it as one cpu kernel
+        return stem_pool_c.render(item.extra["stempool"], r)
     if item.kind == "irblock":  # an inverted-residual block fused into one cpu kernel
         return irblock_c.render(item.extra["irblock"], r, item.extra["epilogues"])
     if item.kind == "winograd":

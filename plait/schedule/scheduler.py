@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from plait import dtypes
-from plait.codegen import conv_s2_c, pointwise_c, winograd_c, winograd_cl
+from plait.codegen import conv_s2_c, pointwise_c, stem_pool_c, winograd_c, winograd_cl
 from plait.codegen.cstyle import MAX_STACK_MEMBERS
 from plait.codegen.expr import strides_of
 from plait.codegen.gemm import Epilogue, GemmSpec
@@ -723,6 +723,7 @@ def schedule(
         from plait.schedule import irblock  # (it builds Items)
 
         items = irblock.fuse(_pointwise_lanes(_conv_s2(items)), {n.uid for n in outputs})
+        items = _stem_pool(items, {n.uid for n in outputs})
     return _winograd(items, constants_once) if winograd else items
 
 
@@ -744,6 +745,38 @@ def _conv_s2(items: list[Item]) -> list[Item]:
         packed = pointwise_weight(weight, plan)
         out.append(Item(packed, [weight], "custom", extra={"constant": True}))
         out.append(Item(it.out, [packed, *it.inputs[1:]], "pointwise", gemm=it.gemm, extra={**it.extra, "lanes": plan}))
+    return out
+
+
+def _stem_pool(items: list[Item], outputs: set[int]) -> list[Item]:
+    """Fuse each image stem in the lanes form with the max pool that alone reads it (stem_pool_c.fits) into one
+    `stempool` item writing the pooled output (plait/codegen/stem_pool_c.py): the stem's output never goes to
+    memory. The stem's product and epilogue travel in extra["stempool"]."""
+    readers: dict[int, int] = {}
+    for it in items:
+        for x in it.inputs:
+            readers[x.uid] = readers.get(x.uid, 0) + 1
+    stems = {it.out.uid: i for i, it in enumerate(items) if it.kind == "gemm" and it.gemm is not None}
+    fused: dict[int, Item] = {}
+    for it in items:
+        if it.kind != "custom" or it.out.op != "max_pool2d" or it.inputs[0].uid not in stems:
+            continue
+        i = stems[it.inputs[0].uid]
+        stem = items[i]
+        assert stem.gemm is not None
+        if readers.get(stem.out.uid) != 1 or stem.out.uid in outputs:
+            continue
+        if not stem_pool_c.fits(stem.gemm, stem.epilogue(), it.out.arg):
+            continue
+        sp = stem_pool_c.StemPool(stem.gemm, stem.epilogue(), it.out.arg)
+        fused[i] = Item(it.out, list(stem.inputs), "stempool", gemm=stem.gemm, extra={"stempool": sp})
+    out: list[Item] = []
+    pools = {f.out.uid for f in fused.values()}
+    for i, it in enumerate(items):
+        if i in fused:
+            out.append(fused[i])
+        elif not (it.kind == "custom" and it.out.uid in pools):
+            out.append(it)
     return out
 
 

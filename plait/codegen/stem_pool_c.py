@@ -1,0 +1,223 @@
+"""An image stem and the max pool that alone reads it, as one cpu kernel (inference).
+
+resnet's 7x7/2 stem wrote 64 x 112 x 112 floats per image (3.2 MB, more than L2) through 16 x 16 transposes to its
+NCHW planes, and the 3x3/2 pool after it read them back from memory; alexnet's 11x11/4 stem and its 3x3/2 pool
+likewise. Here the stems' lanes form (plait/codegen/gemm_c.py: `plait_dc_band`, `plait_dl_micro`,
+`plait_dl_store16`) computes each conv row into a row tile (16-channel groups, pixel-major), applies the stem's
+epilogue there (per-channel operands only: bias, folded batch norm, ReLU), and the pool takes its maximum over
+whole 16-channel vectors of those tiles while they are in cache; only the pooled rows are transposed and stored.
+Tasks are bands of POOL_ROWS pooled rows of one image; a thread keeps the conv rows its previous band computed, so
+the rows two bands share are computed once per thread, not once per band.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from plait.codegen import gemm_c
+from plait.codegen.c import entry_points
+from plait.codegen.cstyle import RenderedKernel
+from plait.codegen.gemm import Epilogue, GemmSpec, _epi, _finish, _tile_coords
+from plait.codegen.pool_c import PoolGeometry
+
+POOL_ROWS = 4  # pooled rows per task (resnet b1: 14 tasks, so both threads get 7)
+
+
+def fits(spec: GemmSpec, epi: Epilogue | None, g: PoolGeometry) -> bool:
+    """Whether stem `spec` (with epilogue `epi`) and the max pool `g` over its output run as one kernel: the stem
+    runs in the lanes form (gemm_c.direct_lanes) over whole images (no groups), the pool reads exactly its output,
+    and the epilogue reads only per-channel operands (it runs on channel vectors, before the pool)."""
+    win = spec.conv
+    if win is None or win.fold or spec.a_nchw is not None:
+        return False
+    if not gemm_c.use_direct(win, spec.m, spec.k) or gemm_c.direct_lanes(win, spec.m, spec.k) is None:
+        return False
+    if (g.n, g.c, g.h * g.w, g.w) != (spec.batch, spec.m, spec.n, win.ow):
+        return False
+    return epi is None or _per_channel(epi, spec.batch, spec.m, spec.n)
+
+
+def _per_channel(epi: Epilogue, batch: int, m: int, n: int) -> bool:
+    """Whether every operand of `epi` other than the product is constant over an image's pixels and images: reached
+    through an expand of a (1, m, 1, 1)-like or one-element node, so a channel vector can be given the epilogue."""
+    shape = epi.root.shape
+    if _tile_coords(shape, batch, m, n) is None:
+        return False
+    todo, seen = [epi.root], set()
+    while todo:
+        x = todo.pop()
+        if x.uid in seen or x.uid == epi.mm.uid:
+            continue
+        seen.add(x.uid)
+        if math.prod(x.shape) == 1:
+            continue
+        if x.op == "expand" and _channel_only(x.srcs[0].shape, m):
+            continue
+        if x.shape != shape or x.buffer is not None:
+            return False
+        todo.extend(x.srcs)
+    return True
+
+
+def _channel_only(shape: tuple[int, ...], m: int) -> bool:
+    """A shape that broadcasts to (N, m, H, W) along its channel axis only: (1, m, 1, 1) or (1, 1, 1, 1)-like."""
+    return len(shape) == 4 and shape[0] == 1 and shape[1] in (1, m) and shape[2:] == (1, 1)
+
+
+@dataclass(frozen=True)
+class StemPool:
+    """What the fused kernel's renderer needs: the stem's product, its epilogue (or None) and the pool."""
+
+    spec: GemmSpec
+    epi: Epilogue | None
+    pool: PoolGeometry
+
+
+DRIVER = """//@shared-begin plait_conv_dlpool_@CV@x@PX@
+typedef void (*plait_epl_fn)(float* t, long bz, int m, int tw, int np, void* const* extra);
+typedef struct { int kh, kw, sh, sw, ph, pw, dh, dw, oh, ow; } plait_pwin;
+
+/* P[bz] (m x poh x pow) = the max pool pg of epl(the convolution of image bz with A's rows), as tasks of PB pooled
+   rows of one image. A task computes the conv rows its windows read that this thread does not hold yet (rows kept
+   in NS slots, row y in slot y % NS) from its band of input rows, each as plait_conv_dlanes does into a row tile
+   that epl then finishes; the pooled rows are maxima over 16-channel vectors of those tiles (NaN wins, as in
+   PyTorch), stored to P's planes transposed 16 x 16 at a time. */
+static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* A, long sab,
+                                      long sai, long sam, const float* X, long sxb, long sxi, const plait_win* g,
+                                      const plait_pwin* pg, float* P, plait_epl_fn epl, void* const* extra) {
+  enum { PB = @PB@, CV = @CV@, PX = @PX@, CW = CV * 16 };
+  int ow = g->ow, oh = n / ow, kk = g->kh * g->kw, cin = k / kk, sw = g->sw, mb = m / CW;
+  int passes = (int)(((long)k * CW * 4 + @KCB@ - 1) / @KCB@), kc = (k + passes - 1) / passes;
+  int TW = ((ow + PX - 1) / PX * PX + 15) / 16 * 16, PTW = (pg->ow + 15) / 16 * 16;
+  int NS = (PB - 1) * pg->sh + (pg->kh - 1) * pg->dh + 1;
+  int R = (NS - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = TW + (g->kw - 1) * g->dw / sw;
+  long pn = (long)pg->oh * pg->ow, bands = (pg->oh + PB - 1) / PB;
+  size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)m * k, nrow = (size_t)m * TW;
+  float* buf = plait_scratch(nbuf + nw + nrow * NS + (size_t)m * PTW + (size_t)k);
+  float* w = buf + nbuf;
+  float* slots = w + nw;
+  float* pt = slots + nrow * NS;
+  int* koff = (int*)(pt + (size_t)m * PTW);
+  const float* packed = 0;
+  long have_bz = -1;
+  int have_lo = 0, have_hi = 0; /* conv rows [have_lo, have_hi) of image have_bz are in their slots */
+  plait_dc_offsets(g, k, R, T, koff);
+#pragma omp for schedule(static) nowait
+  for (long task = 0; task < batch * bands; task++) {
+    long bz = task / bands;
+    int py0 = (int)(task % bands) * PB, prows = pg->oh - py0 < PB ? pg->oh - py0 : PB;
+    int lo = py0 * pg->sh - pg->ph, hi = (py0 + prows - 1) * pg->sh - pg->ph + (pg->kh - 1) * pg->dh + 1;
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > oh ? oh : hi;
+    const float* a = A + bz / inner * sab + bz % inner * sai;
+    if (a != packed) {
+      for (int b = 0; b < mb; b++)
+        for (int p = 0; p < k; p++)
+          for (int i = 0; i < CW; i++) w[((long)b * k + p) * CW + i] = a[(long)(b * CW + i) * sam + p];
+      packed = a;
+      have_bz = -1;
+    }
+    int c0 = have_bz == bz && have_lo <= lo && lo <= have_hi && have_hi <= hi ? have_hi : lo;
+    if (c0 < hi) {
+      plait_dc_band(X + bz / inner * sxb + bz % inner * sxi, g, cin, c0 * g->sh, (hi - c0 - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
+      for (int y = c0; y < hi; y++) {
+        const float* src = buf + (long)(y - c0) * g->sh * sw * T;
+        float* tile = slots + (size_t)(y % NS) * nrow;
+        for (int b = 0; b < mb; b++)
+          for (int p0 = 0; p0 < k; p0 += kc)
+            for (int x0 = 0; x0 < ow; x0 += PX)
+              plait_dl_micro_@CV@x@PX@(p0, p0 + kc < k ? p0 + kc : k, koff, src + x0, w + (long)b * k * CW,
+                                       tile + ((long)b * CV * TW + x0) * 16, (long)TW * 16);
+        if (epl) epl(tile, bz, m, TW, ow, extra);
+      }
+    }
+    have_lo = c0 == lo ? lo : have_lo;
+    have_lo = have_lo < hi - NS ? hi - NS : have_lo; /* older rows' slots now hold newer rows */
+    have_hi = hi;
+    have_bz = bz;
+    float* p = P + bz * (long)m * pn;
+    for (int py = py0; py < py0 + prows; py++) {
+      int y0 = py * pg->sh - pg->ph;
+      for (int cg = 0; cg < m / 16; cg++)
+        for (int px = 0; px < pg->ow; px++) {
+          float o[16];
+          for (int i = 0; i < 16; i++) o[i] = -INFINITY;
+          int x0 = px * pg->sw - pg->pw;
+          for (int ky = 0; ky < pg->kh; ky++) {
+            int y = y0 + ky * pg->dh;
+            if (y < 0 || y >= oh) continue;
+            const float* row = slots + (size_t)(y % NS) * nrow + (long)cg * TW * 16;
+            for (int kx = 0; kx < pg->kw; kx++) {
+              int x = x0 + kx * pg->dw;
+              if (x < 0 || x >= ow) continue;
+              const float* s = row + (long)x * 16;
+#pragma omp simd
+              for (int i = 0; i < 16; i++) o[i] = (o[i] > s[i] || o[i] != o[i]) ? o[i] : s[i];
+            }
+          }
+          float* d = pt + ((long)cg * PTW + px) * 16;
+#pragma omp simd
+          for (int i = 0; i < 16; i++) d[i] = o[i];
+        }
+      for (int cg = 0; cg < m / 16; cg++)
+        for (int x0 = 0; x0 < pg->ow; x0 += 16)
+          plait_dl_store16(pt + ((long)cg * PTW + x0) * 16, p + (long)cg * 16 * pn + (long)py * pg->ow + x0, pn,
+                           pg->ow - x0 < 16 ? pg->ow - x0 : 16);
+    }
+  }
+}
+//@shared-end
+"""
+
+
+def library(cv: int, px: int) -> str:
+    """The shared C code of the fused stem and pool for a cv x px register tile."""
+    body = DRIVER.replace("@CV@", str(cv)).replace("@PX@", str(px)).replace("@PB@", str(POOL_ROWS))
+    body = body.replace("@KCB@", str(gemm_c.DIRECT_LANES_KC_BYTES))
+    base = gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(gemm_c.DIRECT_BAND)
+    return base + gemm_c.lanes_blocks(cv, px) + gemm_c.at_o2(body)
+
+
+def render(sp: StemPool, r: Any) -> RenderedKernel:
+    """The C kernel of the fused stem and pool: C is the pooled output, A the stem's weights, B the image, then the
+    epilogue's operands."""
+    spec, g, win = sp.spec, sp.pool, sp.spec.conv
+    assert win is not None
+    tile = gemm_c.direct_lanes(win, spec.m, spec.k)
+    assert tile is not None
+    epl_fn, extra, epilogue, holder, params = "0", "0", "", "", ""
+    if sp.epi is not None:
+        coords = _tile_coords(sp.epi.root.shape, spec.batch, spec.m, spec.n, "(cg * 16 + i)", "0")
+        stmts, res, params = _epi(r, sp.epi, "v", "0", "      ", "int", coords)
+        loads = "".join(
+            f"  const {r.storage_type(x.dtype)}* restrict e{i} = extra[{i}];\n" for i, x in enumerate(sp.epi.extra)
+        )
+        epl_fn, extra = "epl_KERNEL_NAME", "extra"
+        epilogue = f"""static void epl_KERNEL_NAME(float* restrict t, long bz, int m, int tw, int np, void* const* extra) {{
+{loads}  for (int cg = 0; cg < m / 16; cg++)
+    for (int j = 0; j < np; j++) {{
+      float* restrict c = t + ((long)cg * tw + j) * 16;
+#pragma omp simd
+      for (int i = 0; i < 16; i++) {{
+      float v = c[i];
+{stmts}      c[i] = {res};
+      }}
+    }}
+}}
+"""
+        holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(sp.epi.extra))) or '0'}}};\n"
+    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
+    pgeo = f"{g.kh}, {g.kw}, {g.sh}, {g.sw}, {g.ph}, {g.pw}, {g.dh}, {g.dw}, {g.oh}, {g.ow}"
+    ao, sab, sam, _ = spec.a
+    bo, sbb, _, _ = spec.b
+    call = (
+        f"  static const plait_win win = {{{geo}}};\n"
+        f"  static const plait_pwin pwin = {{{pgeo}}};\n"
+        f"  plait_conv_dlpool_{tile[0]}x{tile[1]}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, "
+        f"A + {ao}, {sab}, {spec.a_inner}, {sam}, B + {bo}, {sbb}, {spec.b_inner}, &win, &pwin, C, {epl_fn}, {extra});\n"
+    )
+    args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
+    src = entry_points("KERNEL_NAME", args, holder + call, f"{library(*tile)}/* KERNEL_NAME */\n{epilogue}")
+    return _finish("STEMPOOL", spec, src, (1,), None)

@@ -1,0 +1,99 @@
+"""An image stem in the lanes form and the max pool that alone reads it, fused into one cpu kernel
+(plait/codegen/stem_pool_c.py: the pool runs on the stem's channel-vector row tiles, only pooled rows are stored).
+Checked against PyTorch on alexnet's and resnet's stems (small planes), pool windows with padding that clip at the
+plane's edges, ceil mode, odd sizes, dilation, batch 2, a folded batch norm's negative scales before the ReLU, weights
+as plan inputs, and the cases that keep two kernels (the stem's output also read elsewhere, a per-pixel epilogue)."""
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from tests.helpers import assert_close, rand
+
+CASES = [  # n, h, w, conv kernel, stride, padding, pool kernel, stride, padding, dilation, ceil mode
+    (1, 43, 47, 11, 4, 2, 3, 2, 0, 1, False),  # alexnet's stem and pool, small: 11 x 10 conv rows
+    (2, 45, 37, 7, 2, 3, 3, 2, 1, 1, False),  # resnet's stem and pool over odd sizes, two images
+    (1, 61, 59, 7, 2, 3, 3, 2, 1, 1, True),  # ceil mode: the last window hangs past the plane's edge
+    (1, 50, 40, 5, 2, 2, 2, 2, 0, 1, False),  # 2x2/2 pool, no overlap between bands
+    (1, 40, 44, 7, 2, 3, 3, 1, 1, 2, False),  # stride-1 pool with dilation 2: bands share four conv rows
+]
+
+
+def _fused(f, *arrays) -> bool:
+    plan, _ = f.plan_for(list(arrays))
+    return any("plait_conv_dlpool_" in kern.source for kern in plan.kernels)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_stem_pool_matches_torch(case):
+    n, h, w, k, s, p, pk, ps, pp, pd, ceil = case
+    x = rand((n, 3, h, w), low=-1, high=1)
+    wt, b = rand((64, 3, k, k), seed=1, low=-1, high=1) * 0.2, rand((64,), seed=2)
+    wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
+
+    def net(t):
+        y = F.conv2d(t, wp, bp, stride=s, padding=p).relu()
+        return F.max_pool2d(y, pk, ps, pp, dilation=pd, ceil_mode=ceil)
+
+    f = plait.jit(net, device="cpu")
+    got = np.asarray(f(x))
+    assert _fused(f, x)
+    y = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), s, p).relu()
+    want = torch.nn.functional.max_pool2d(y, pk, ps, pp, pd, ceil_mode=ceil)
+    assert got.shape == tuple(want.shape)
+    assert_close(got, want.numpy(), "float32", f"stem + max pool {case}", tol_scale=10)
+
+
+def test_stem_pool_batch_norm_negative_scale():
+    """A batch norm after the stem (scale per channel, half of them negative) then ReLU: the epilogue runs before
+    the maximum, so a negative scale still pools the right values."""
+    x = rand((2, 3, 33, 35), low=-1, high=1)
+    wt = rand((128, 3, 7, 7), seed=1, low=-1, high=1) * 0.2
+    scale = rand((128,), seed=3, low=-1, high=1)
+    shift = rand((128,), seed=4)
+    wp, sp, hp = (plait.tensor(a, device="cpu") for a in (wt, scale, shift))
+    f = plait.jit(
+        lambda t: F.max_pool2d(
+            (F.conv2d(t, wp, stride=2, padding=3) * sp.reshape(1, 128, 1, 1) + hp.reshape(1, 128, 1, 1)).relu(), 3, 2, 1
+        ),
+        device="cpu",
+    )
+    got = np.asarray(f(x))
+    assert _fused(f, x)
+    y = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), None, 2, 3)
+    y = (y * torch.from_numpy(scale).reshape(1, 128, 1, 1) + torch.from_numpy(shift).reshape(1, 128, 1, 1)).relu()
+    assert_close(got, torch.nn.functional.max_pool2d(y, 3, 2, 1).numpy(), "float32", "stem + bn + pool", tol_scale=10)
+
+
+def test_stem_pool_weights_as_inputs():
+    """Weights passed to the plan are packed on every call: two calls with different weights each match PyTorch."""
+    x = rand((1, 3, 29, 31), low=-1, high=1)
+    f = plait.jit(lambda t, wt: F.max_pool2d(F.conv2d(t, wt, stride=2, padding=3).relu(), 3, 2, 1), device="cpu")
+    for seed in (1, 2):
+        wt = rand((64, 3, 7, 7), seed=seed, low=-1, high=1) * 0.2
+        got = np.asarray(f(x, wt))
+        assert _fused(f, x, wt)
+        y = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), None, 2, 3).relu()
+        assert_close(
+            got, torch.nn.functional.max_pool2d(y, 3, 2, 1).numpy(), "float32", f"weights {seed}", tol_scale=10
+        )
+
+
+def test_stem_read_elsewhere_keeps_two_kernels():
+    """When the stem's output is also an output of the function, the stem and the pool stay two kernels."""
+    x = rand((1, 3, 29, 31), low=-1, high=1)
+    wt = rand((64, 3, 7, 7), seed=1, low=-1, high=1) * 0.2
+    wp = plait.tensor(wt, device="cpu")
+
+    def net(t):
+        y = F.conv2d(t, wp, stride=2, padding=3).relu()
+        return y, F.max_pool2d(y, 3, 2, 1)
+
+    f = plait.jit(net, device="cpu")
+    y, z = (np.asarray(a) for a in f(x))
+    assert not _fused(f, x)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), None, 2, 3).relu()
+    assert_close(y, want.numpy(), "float32", "stem output", tol_scale=10)
+    assert_close(z, torch.nn.functional.max_pool2d(want, 3, 2, 1).numpy(), "float32", "unfused pool", tol_scale=10)
