@@ -4,8 +4,9 @@ resnet's 7x7/2 stem wrote 64 x 112 x 112 floats per image (3.2 MB, more than L2)
 NCHW planes, and the 3x3/2 pool after it read them back from memory; alexnet's 11x11/4 stem and its 3x3/2 pool
 likewise. Here the stems' lanes form (plait/codegen/gemm_c.py: `plait_dc_band`, `plait_dl_micro`,
 `plait_dl_store16`) computes each conv row into a row tile (16-channel groups, pixel-major), applies the stem's
-epilogue there (per-channel operands only: bias, folded batch norm, ReLU), and the pool takes its maximum over
-whole 16-channel vectors of those tiles while they are in cache; only the pooled rows are transposed and stored.
+epilogue there (per-channel operands only: bias, folded batch norm, ReLU), and the pool takes its maxima over
+whole 16-channel vectors of those tiles while they are in cache (first along the row, then across the window's
+rows); only the pooled rows are transposed and stored.
 Tasks are bands of POOL_ROWS pooled rows of one image; a thread keeps the conv rows its previous band computed, so
 the rows two bands share are computed once per thread, not once per band.
 """
@@ -79,11 +80,62 @@ DRIVER = """//@shared-begin plait_conv_dlpool_@CV@x@PX@
 typedef void (*plait_epl_fn)(float* t, long bz, int m, int tw, int np, void* const* extra);
 typedef struct { int kh, kw, sh, sw, ph, pw, dh, dw, oh, ow; } plait_pwin;
 
+/* NaN wins and then stays, as in PyTorch; where no operand holds a NaN the plain maximum gives the same bits (one
+   instruction per vector instead of four), so the passes test their rows once and take it there. */
+#define PLAIT_MAX_NAN(o, v) (((o) > (v) || (o) != (o)) ? (o) : (v))
+#define PLAIT_MAX(o, v) ((o) > (v) ? (o) : (v))
+
+/* h (16-channel groups of PTW pooled columns, pixel-major) = the maxima of conv row tile t (groups of TW pixels, ow
+   of them in use) over the pool's window columns, the columns whose windows lie inside the row without bounds
+   tests. Returns whether t may hold a NaN (it holds a NaN or an infinity). */
+static int plait_pool_row(const float* restrict t, const plait_pwin* pg, int m, int TW, int ow, int PTW,
+                          float* restrict h) {
+  float z = 0.0f; /* x * 0 is NaN for a NaN or an infinity, else 0: one multiply-add per vector tests the row */
+  for (int cg = 0; cg < m / 16; cg++) {
+    const float* r = t + (long)cg * TW * 16;
+#pragma omp simd reduction(+:z)
+    for (long e = 0; e < (long)ow * 16; e++) z += r[e] * 0.0f;
+  }
+  int nan = z != z, sw = pg->sw, dw = pg->dw, kw = pg->kw;
+  /* pooled columns [lo, hi) have every window column inside the row */
+  int lo = (pg->pw + sw - 1) / sw, last = ow - 1 - (kw - 1) * dw + pg->pw;
+  int hi = last < 0 ? 0 : last / sw + 1;
+  hi = hi > pg->ow ? pg->ow : hi;
+  lo = lo > hi ? hi : lo;
+  for (int cg = 0; cg < m / 16; cg++) {
+    const float* r = t + (long)cg * TW * 16;
+    float* d = h + (long)cg * PTW * 16;
+    for (int px = 0; px < pg->ow; px++) {
+      float* restrict o = d + (long)px * 16;
+      int x0 = px * sw - pg->pw;
+      if (px >= lo && px < hi && !nan) {
+        const float* restrict s = r + (long)x0 * 16;
+#pragma omp simd
+        for (int i = 0; i < 16; i++) {
+          float v = s[i];
+          for (int kx = 1; kx < kw; kx++) v = PLAIT_MAX(v, s[kx * dw * 16 + i]);
+          o[i] = v;
+        }
+        continue;
+      }
+      for (int i = 0; i < 16; i++) o[i] = -INFINITY;
+      for (int kx = 0; kx < kw; kx++) {
+        int x = x0 + kx * dw;
+        if (x < 0 || x >= ow) continue;
+        const float* restrict s = r + (long)x * 16;
+#pragma omp simd
+        for (int i = 0; i < 16; i++) o[i] = PLAIT_MAX_NAN(o[i], s[i]);
+      }
+    }
+  }
+  return nan;
+}
+
 /* P[bz] (m x poh x pow) = the max pool pg of epl(the convolution of image bz with A's rows), as tasks of PB pooled
-   rows of one image. A task computes the conv rows its windows read that this thread does not hold yet (rows kept
-   in NS slots, row y in slot y % NS) from its band of input rows, each as plait_conv_dlanes does into a row tile
-   that epl then finishes; the pooled rows are maxima over 16-channel vectors of those tiles (NaN wins, as in
-   PyTorch), stored to P's planes transposed 16 x 16 at a time. */
+   rows of one image. A task computes the conv rows its windows read that this thread does not hold yet from its
+   band of input rows, each as plait_conv_dlanes does into a row tile that epl then finishes; plait_pool_row keeps
+   the row's maxima over the window columns (row y in slot y % NS of NS), and each pooled row is the maximum of its
+   window rows' slots, stored to P's planes transposed 16 x 16 at a time. */
 static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* A, long sab,
                                       long sai, long sam, const float* X, long sxb, long sxi, const plait_win* g,
                                       const plait_pwin* pg, float* P, plait_epl_fn epl, void* const* extra) {
@@ -95,14 +147,16 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
   int R = (NS - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = TW + (g->kw - 1) * g->dw / sw;
   long pn = (long)pg->oh * pg->ow, bands = (pg->oh + PB - 1) / PB;
   size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)m * k, nrow = (size_t)m * TW;
-  float* buf = plait_scratch(nbuf + nw + nrow * NS + (size_t)m * PTW + (size_t)k);
+  float* buf = plait_scratch(nbuf + nw + nrow + (size_t)m * PTW * (NS + 1) + (size_t)k + (size_t)NS);
   float* w = buf + nbuf;
   float* slots = w + nw;
-  float* pt = slots + nrow * NS;
+  float* rows = slots + nrow;
+  float* pt = rows + (size_t)m * PTW * NS;
   int* koff = (int*)(pt + (size_t)m * PTW);
+  int* hnan = koff + k; /* whether slot's conv row held a NaN */
   const float* packed = 0;
   long have_bz = -1;
-  int have_lo = 0, have_hi = 0; /* conv rows [have_lo, have_hi) of image have_bz are in their slots */
+  int have_lo = 0, have_hi = 0; /* the slots hold conv rows [have_lo, have_hi) of image have_bz */
   plait_dc_offsets(g, k, R, T, koff);
 #pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * bands; task++) {
@@ -124,13 +178,14 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
       plait_dc_band(X + bz / inner * sxb + bz % inner * sxi, g, cin, c0 * g->sh, (hi - c0 - 1) * g->sh + (g->kh - 1) * g->dh + 1, R, T, buf);
       for (int y = c0; y < hi; y++) {
         const float* src = buf + (long)(y - c0) * g->sh * sw * T;
-        float* tile = slots + (size_t)(y % NS) * nrow;
+        float* tile = slots;
         for (int b = 0; b < mb; b++)
           for (int p0 = 0; p0 < k; p0 += kc)
             for (int x0 = 0; x0 < ow; x0 += PX)
               plait_dl_micro_@CV@x@PX@(p0, p0 + kc < k ? p0 + kc : k, koff, src + x0, w + (long)b * k * CW,
                                        tile + ((long)b * CV * TW + x0) * 16, (long)TW * 16);
         if (epl) epl(tile, bz, m, TW, ow, extra);
+        hnan[y % NS] = plait_pool_row(tile, pg, m, TW, ow, PTW, rows + (size_t)(y % NS) * m * PTW);
       }
     }
     have_lo = c0 == lo ? lo : have_lo;
@@ -139,28 +194,21 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
     have_bz = bz;
     float* p = P + bz * (long)m * pn;
     for (int py = py0; py < py0 + prows; py++) {
-      int y0 = py * pg->sh - pg->ph;
-      for (int cg = 0; cg < m / 16; cg++)
-        for (int px = 0; px < pg->ow; px++) {
-          float o[16];
-          for (int i = 0; i < 16; i++) o[i] = -INFINITY;
-          int x0 = px * pg->sw - pg->pw;
-          for (int ky = 0; ky < pg->kh; ky++) {
-            int y = y0 + ky * pg->dh;
-            if (y < 0 || y >= oh) continue;
-            const float* row = slots + (size_t)(y % NS) * nrow + (long)cg * TW * 16;
-            for (int kx = 0; kx < pg->kw; kx++) {
-              int x = x0 + kx * pg->dw;
-              if (x < 0 || x >= ow) continue;
-              const float* s = row + (long)x * 16;
+      int y0 = py * pg->sh - pg->ph, nan = 0;
+      for (long e = 0; e < (long)m * PTW; e++) pt[e] = -INFINITY;
+      for (int ky = 0; ky < pg->kh; ky++) {
+        int y = y0 + ky * pg->dh;
+        if (y < 0 || y >= oh) continue;
+        const float* restrict h = rows + (size_t)(y % NS) * m * PTW;
+        if (nan || hnan[y % NS]) {
+          nan = 1;
 #pragma omp simd
-              for (int i = 0; i < 16; i++) o[i] = (o[i] > s[i] || o[i] != o[i]) ? o[i] : s[i];
-            }
-          }
-          float* d = pt + ((long)cg * PTW + px) * 16;
+          for (long e = 0; e < (long)m * PTW; e++) pt[e] = PLAIT_MAX_NAN(pt[e], h[e]);
+        } else {
 #pragma omp simd
-          for (int i = 0; i < 16; i++) d[i] = o[i];
+          for (long e = 0; e < (long)m * PTW; e++) pt[e] = PLAIT_MAX(pt[e], h[e]);
         }
+      }
       for (int cg = 0; cg < m / 16; cg++)
         for (int x0 = 0; x0 < pg->ow; x0 += 16)
           plait_dl_store16(pt + ((long)cg * PTW + x0) * 16, p + (long)cg * 16 * pn + (long)py * pg->ow + x0, pn,

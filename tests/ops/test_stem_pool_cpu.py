@@ -97,3 +97,21 @@ def test_stem_read_elsewhere_keeps_two_kernels():
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), None, 2, 3).relu()
     assert_close(y, want.numpy(), "float32", "stem output", tol_scale=10)
     assert_close(z, torch.nn.functional.max_pool2d(want, 3, 2, 1).numpy(), "float32", "unfused pool", tol_scale=10)
+
+
+def test_stem_pool_nan_and_infinity():
+    """A NaN and an infinity in the image (no ReLU, which plait's epilogue takes to 0 for a NaN): the windows that
+    read the stem's NaN outputs pool to NaN (as in PyTorch), the others to the same values."""
+    x = rand((1, 3, 37, 41), low=-1, high=1)
+    x[0, 1, 5, 7] = np.nan
+    x[0, 2, 30, 35] = np.inf
+    wt, b = rand((64, 3, 7, 7), seed=1, low=-1, high=1) * 0.2, rand((64,), seed=2)
+    wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
+    f = plait.jit(lambda t: F.max_pool2d(F.conv2d(t, wp, bp, stride=2, padding=3), 3, 2, 1), device="cpu")
+    got = np.asarray(f(x))
+    assert _fused(f, x)
+    y = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), 2, 3)
+    want = torch.nn.functional.max_pool2d(y, 3, 2, 1).numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).any()
+    finite = np.isfinite(want)
+    assert_close(got[finite], want[finite], "float32", "stem + pool around a NaN", tol_scale=10)

@@ -1,0 +1,102 @@
+"""The stem and its max pool as one kernel (plait/codegen/stem_pool_c.py) against the two kernels they were, inside
+whole replays of a benchmark CNN's twin: the same twin built twice, once with the scheduler's `_stem_pool` pass
+and once without, whole replays alternating (order reversed every round), each launch timed by the calling
+thread's CPU time (one thread) or wall time (more). Prints, per plan, the median and fewest ms of the stem and pool
+(the fused kernel, or the stem's and the pool's kernels summed) and the whole replay's median, with the load and
+the hypervisor's steal share over the run:
+
+    PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_stem_pool_ab.py resnet18 --batch 1 --rounds 21
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("PLAIT_NUM_THREADS", "1"))
+os.environ.setdefault("PLAIT_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+
+import numpy as np
+
+from plait.schedule import scheduler
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_onnx import MODELS, twin
+
+
+def build(model: str, x: np.ndarray, fused: bool) -> tuple[object, np.ndarray, list[int]]:
+    """(plan, output, indices of the stem's and pool's kernels) of the twin with or without the fusion pass."""
+    keep = scheduler._stem_pool
+    if not fused:
+        scheduler._stem_pool = lambda items, outputs: items  # type: ignore[assignment]
+    try:
+        f = twin(model, "cpu")
+        y = np.asarray(f(x))
+        plan = f.plan_for([x])[0]
+    finally:
+        scheduler._stem_pool = keep  # type: ignore[assignment]
+    names = [k.name for k in plan.kernels]  # type: ignore[attr-defined]
+    if fused:
+        at = [i for i, k in enumerate(plan.kernels) if "plait_conv_dlpool_" in k.source]  # type: ignore[attr-defined]
+    else:
+        stem = next(i for i, k in enumerate(plan.kernels) if "plait_conv_d" in k.source)  # type: ignore[attr-defined]
+        at = [stem, next(i for i, n in enumerate(names) if i > stem and n.startswith("POOL"))]
+    assert at, names
+    return plan, y, at
+
+
+def steal() -> int:
+    """Stolen ticks of all cpus so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", choices=MODELS)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=21)
+    args = ap.parse_args()
+    x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
+    plans = {}
+    ref = None
+    for name, fused in (("fused", True), ("two kernels", False)):
+        plan, y, at = build(args.model, x, fused)
+        ref = y if ref is None else ref
+        assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max(), f"{name}: output differs"
+        plans[name] = (plan, at)
+    one = os.environ["PLAIT_NUM_THREADS"] == "1"
+    clock = time.thread_time if one else time.perf_counter
+    part: dict[str, list[float]] = {k: [] for k in plans}
+    whole: dict[str, list[float]] = {k: [] for k in plans}
+    s0, t0 = steal(), time.monotonic()
+    for r in range(args.rounds + 1):
+        for name in list(plans) if r % 2 == 0 else list(plans)[::-1]:
+            plan, at = plans[name]
+            times = []
+            for launch in plan.launches:  # type: ignore[attr-defined]
+                c0 = clock()
+                launch()
+                times.append(clock() - c0)
+            if r:
+                part[name].append(sum(times[i] for i in at) * 1e3)
+                whole[name].append(sum(times) * 1e3)
+    lost = (steal() - s0) / (100 * (os.cpu_count() or 1) * (time.monotonic() - t0))
+    print(
+        f"{args.model} b{args.batch}, {os.environ['PLAIT_NUM_THREADS']} thread(s), load {os.getloadavg()[0]:.2f}, "
+        f"steal {lost:.1%}"
+    )
+    for name in plans:
+        p, w = part[name], whole[name]
+        print(
+            f"  {name:12s} stem + pool median {statistics.median(p):7.3f} fewest {min(p):7.3f} ms;"
+            f" whole replay median {statistics.median(w):8.2f} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()
