@@ -62,6 +62,9 @@ def item_work(item: Item) -> tuple[int, int, list[str]]:
         epi = item.extra.get("epilogue")
         ops = _expr_ops(item.out, set(inputs) | {epi.uid}) if epi is not None else []
         return item.gemm.flops + len(ops) * item.out.size, moved, ["matmul", *ops]
+    if item.kind == "stempool":  # an image stem and its max pool (plait/codegen/stem_pool_c.py)
+        assert item.gemm is not None
+        return item.gemm.flops, moved, ["matmul", item.out.op]
     if item.kind == "elementwise":
         ops = _expr_ops(item.out, set(inputs))
         return len(ops) * item.out.size, moved, ops
