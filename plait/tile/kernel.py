@@ -439,7 +439,7 @@ def _render_op(r: Any, h: str, xs: list[str], ct: str) -> str:
         "log": f"{r.fn('log')}({a})",
         "sqrt": f"{r.fn('sqrt')}({a})",
         "abs": f"(({a}) < 0 ? -({a}) : ({a}))",
-        "relu": f"(({a}) > 0 ? ({a}) : 0)",
+        "relu": f"(({a}) < 0 ? 0 : ({a}))",  # NaN passes through
         "tanh": f"{r.fn('tanh')}({a})",
         "sigmoid": f"1.0f / (1.0f + {r.fn('exp')}(-({a})))",
         "where": f"({a}) != 0 ? ({b}) : ({xs[2] if len(xs) > 2 else ''})",

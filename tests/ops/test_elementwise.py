@@ -160,6 +160,16 @@ def test_nan_propagates_through_maximum_and_minimum(device):
     np.testing.assert_array_equal(got, np.stack([np.maximum(a, b), np.minimum(a, b)]))
 
 
+def test_nan_propagates_through_relu(device):
+    """relu keeps NaN (as torch.relu and np.maximum(x, 0) do) on its own and as a GEMM's fused epilogue."""
+    a = np.array([np.nan, -1.0, 2.0, np.inf, -np.inf, 0.5], dtype=np.float32)
+    np.testing.assert_array_equal(plait.tensor(a, device=device).relu().numpy(), np.maximum(a, 0))
+    m = np.array([[1.0, np.nan], [0.5, -2.0]], dtype=np.float32)
+    w = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    got = (plait.tensor(m, device=device) @ plait.tensor(w, device=device)).relu().numpy()
+    np.testing.assert_array_equal(got, np.maximum(m @ w, 0))
+
+
 def test_zero_size_and_zero_dim(device):
     e = plait.tensor(np.zeros((0, 3), np.float32), device=device)
     assert (e + 1).numpy().shape == (0, 3)

@@ -178,7 +178,7 @@ _UNARY_RENDER = {
     "log": lambda r, dt, x: f"{r.fn('log')}({x})",
     "sqrt": lambda r, dt, x: f"{r.fn('sqrt')}({x})",
     "abs": lambda r, dt, x: f"{r.fn('fabs')}({x})" if dt.is_float else f"(({x}) < 0 ? -({x}) : ({x}))",
-    "relu": lambda r, dt, x: f"(({x}) > 0 ? ({x}) : 0)",
+    "relu": lambda r, dt, x: f"(({x}) < 0 ? 0 : ({x}))",  # NaN passes through, as in torch and NumPy
     "sigmoid": lambda r, dt, x: f"(1.0f / (1.0f + {r.fn('exp')}(-({x}))))",
     "tanh": lambda r, dt, x: f"{r.fn('tanh')}({x})",
     "recip": lambda r, dt, x: f"(1.0f / ({x}))",
