@@ -125,9 +125,8 @@ def relu6(x: Tensor, inplace: bool = False) -> Tensor:
 
 
 def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
-    # a select keeps torch's gradient convention at the edges (zero outside the open interval)
-    inside = (x > min_val) & (x < max_val)
-    return where(inside, x, where(x <= min_val, min_val, max_val).astype(x.dtype))
+    # selects keep torch's gradient convention at the edges (zero outside the open interval) and let NaN through
+    return where(x <= min_val, min_val, where(x >= max_val, max_val, x))
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:

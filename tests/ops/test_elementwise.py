@@ -170,6 +170,13 @@ def test_nan_propagates_through_relu(device):
     np.testing.assert_array_equal(got, np.maximum(m @ w, 0))
 
 
+def test_nan_propagates_through_relu6(device):
+    """relu6 (hardtanh) keeps NaN, as torch does, and clamps the infinities."""
+    a = np.array([np.nan, -1.0, 0.0, 2.0, 6.0, 7.0, np.inf, -np.inf], dtype=np.float32)
+    got = plait.nn.functional.relu6(plait.tensor(a, device=device)).numpy()
+    np.testing.assert_array_equal(got, np.clip(a, 0, 6))
+
+
 def test_zero_size_and_zero_dim(device):
     e = plait.tensor(np.zeros((0, 3), np.float32), device=device)
     assert (e + 1).numpy().shape == (0, 3)
