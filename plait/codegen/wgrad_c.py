@@ -353,9 +353,139 @@ static void plait_wgrad_s1(const float* dy, const float* x, float* dw, const pla
 """
 
 
+CR, CV = 6, 4  # channels-last form: output-gradient rows x input-channel vectors per register tile (24 accumulators)
+CL_POSITIONS = 128  # channels-last form: about this many output positions (whole output rows) per block
+CL_COLS = 96  # channels-last form: output channels per task
+CL_ENABLED = 1  # the channels-last form on (0: the position-major form takes its windows; an A/B switch)
+
+
+def _channels_last_source() -> str:
+    """The library's C source of the channels-last stride-1 form: x copied once channels-last, dy read in place."""
+    cw = 16 * CV
+    return f"""//@shared-begin plait_wgrad_cl
+/* acc[j][v] (16 input channels each) += dy row j (at dy[j] + oy * ow + ox) times x's channel vectors v at padded
+   position (oy, ox) of xa (row pitch wp, position pitch cip), for output rows [oy0, oy1); part keeps the sums. */
+static inline __attribute__((always_inline)) void plait_wgrad_cl_micro(int oy0, int oy1, int ow, long wp, int cip,
+                                                                      const float* restrict xa,
+                                                                      const float* const* dy, plait_v16* part,
+                                                                      int first) {{
+  plait_v16 acc[{CR}][{CV}];
+#pragma GCC unroll {CR}
+  for (int j = 0; j < {CR}; j++)
+#pragma GCC unroll {CV}
+    for (int v = 0; v < {CV}; v++) acc[j][v] = first ? (plait_v16){{0}} : part[j * {CV} + v];
+  const float* d0 = dy[0];
+  const float* d1 = dy[1];
+  const float* d2 = dy[2];
+  const float* d3 = dy[3];
+  const float* d4 = dy[4];
+  const float* d5 = dy[5];
+  for (int oy = oy0; oy < oy1; oy++) {{
+    const float* xr = xa + (long)oy * wp * cip;
+    long q0 = (long)oy * ow;
+    for (int ox = 0; ox < ow; ox++) {{
+      plait_v16 xv[{CV}];
+#pragma GCC unroll {CV}
+      for (int v = 0; v < {CV}; v++) xv[v] = *(const plait_v16*)(xr + (long)ox * cip + v * 16);
+      float dv[{CR}] = {{d0[q0 + ox], d1[q0 + ox], d2[q0 + ox], d3[q0 + ox], d4[q0 + ox], d5[q0 + ox]}};
+#pragma GCC unroll {CR}
+      for (int j = 0; j < {CR}; j++)
+#pragma GCC unroll {CV}
+        for (int v = 0; v < {CV}; v++) acc[j][v] += xv[v] * dv[j];
+    }}
+  }}
+#pragma GCC unroll {CR}
+  for (int j = 0; j < {CR}; j++)
+#pragma GCC unroll {CV}
+    for (int v = 0; v < {CV}; v++) part[j * {CV} + v] = acc[j][v];
+}}
+
+/* The weight gradient of a stride-1 window whose channels fill whole {cw}-channel tiles: x is copied once into a
+   channels-last buffer padded by the window (position (py, px) of image n holds channels 0..c at ((n * hp + py) *
+   wp + px) * c), so the tap (ky, kx) of output position (oy, ox) is the channel vector at (oy + ky * dh, ox + kx *
+   dw): {CV} vectors of x by {CR} scalars of dy (read where they are) per position, every output position counted
+   once (the position-major form pads each output row by the window). Tasks: {cw}-channel blocks of x times {CL_COLS}
+   output channels, times `parts` slices of the position blocks (whole output rows of one image) when there are
+   fewer than 4 per thread; their sums meet in a shared buffer. */
+static void plait_wgrad_cl(const float* dy, const float* x, float* dw, const plait_win* g, int images, int c, int co,
+                           int oh) {{
+  int kk = g->kh * g->kw, nrow = c * kk, ow = g->ow;
+  int hp = oh + (g->kh - 1) * g->dh, wp = ow + (g->kw - 1) * g->dw;
+  long npos = (long)oh * ow, xplane = (long)g->h * g->w;
+  int rpb = {CL_POSITIONS} / ow > 0 ? {CL_POSITIONS} / ow : 1;
+  if (rpb > oh) rpb = oh;
+  int per = (oh + rpb - 1) / rpb, nkb = images * per;
+  int rch = c / {cw}, cch = (co + {CL_COLS - 1}) / {CL_COLS};
+  long base = (long)rch * cch, want = 4L * omp_get_num_threads();
+  int parts = base >= want ? 1 : (int)((want + base - 1) / base);
+  if (parts > nkb) parts = nkb;
+  size_t nx = (size_t)images * hp * wp * c, nred = parts > 1 ? (size_t)parts * co * nrow : 0;
+  float* xp = plait_team_shared(nx + nred); /* a team step: the run's buffer */
+  if (!xp) {{
+#pragma omp single copyprivate(xp)
+    xp = plait_shared_scratch(nx + nred);
+  }}
+  float* red = xp + nx;
+#pragma omp for schedule(static) nowait
+  for (long t = 0; t < (long)images * hp; t++) {{ /* padded row py of image n, channels last */
+    int n = (int)(t / hp), py = (int)(t % hp), iy = py - g->ph;
+    float* d = xp + t * wp * c;
+    memset(d, 0, sizeof(float) * (size_t)wp * c);
+    if (iy < 0 || iy >= g->h) continue;
+    int lo = g->pw, hi = g->pw + g->w < wp ? g->pw + g->w : wp;
+    for (int ci = 0; ci < c; ci++) {{
+      const float* s = x + ((long)n * c + ci) * xplane + (long)iy * g->w - g->pw;
+      for (int px = lo; px < hi; px++) d[(long)px * c + ci] = s[px];
+    }}
+  }}
+  plait_team_barrier(); /* x is copied before any task reads it */
+#pragma omp for schedule(dynamic, 1)
+  for (long t = 0; t < base * parts; t++) {{
+    int s = (int)(t % parts), rc = (int)(t / parts / cch), cc = (int)(t / parts % cch);
+    int ci0 = rc * {cw}, c0 = cc * {CL_COLS}, c1 = c0 + {CL_COLS} < co ? c0 + {CL_COLS} : co;
+    int tiles = (c1 - c0 + {CR - 1}) / {CR};
+    int kb0 = (int)((long)s * nkb / parts), kb1 = (int)((long)(s + 1) * nkb / parts);
+    plait_v16* part = (plait_v16*)plait_scratch((size_t)kk * tiles * {CR * CV} * 16);
+    for (int kb = kb0; kb < kb1; kb++) {{
+      int n = kb / per, oy0 = kb % per * rpb, oy1 = oy0 + rpb < oh ? oy0 + rpb : oh;
+      for (int ct = 0; ct < tiles; ct++) {{
+        const float* dr[{CR}];
+        for (int j = 0; j < {CR}; j++) {{ /* rows past co repeat the last one; their sums are not stored */
+          int o = c0 + ct * {CR} + j < c1 ? c0 + ct * {CR} + j : c1 - 1;
+          dr[j] = dy + ((long)n * co + o) * npos;
+        }}
+        for (int tap = 0; tap < kk; tap++) {{
+          int ky = tap / g->kw, kx = tap % g->kw;
+          const float* xa = xp + (((long)n * hp + (long)ky * g->dh) * wp + (long)kx * g->dw) * c + ci0;
+          plait_wgrad_cl_micro(oy0, oy1, ow, wp, c, xa, dr, part + ((long)tap * tiles + ct) * {CR * CV}, kb == kb0);
+        }}
+      }}
+    }}
+    float* out = parts > 1 ? red + (long)s * co * nrow : dw;
+    for (int ct = 0; ct < tiles; ct++)
+      for (int j = 0; j < {CR}; j++) {{
+        int o = c0 + ct * {CR} + j;
+        if (o >= c1) continue;
+        for (int tap = 0; tap < kk; tap++) {{
+          const float* pv = (const float*)(part + ((long)tap * tiles + ct) * {CR * CV} + j * {CV});
+          for (int l = 0; l < {cw}; l++) out[(long)o * nrow + (long)(ci0 + l) * kk + tap] = pv[l];
+        }}
+      }}
+  }}
+  if (parts > 1) plait_wgrad_sum_parts(red, parts, (long)co * nrow, dw);
+}}
+//@shared-end
+"""
+
+
 def library() -> str:
     """The shared C code of the weight-gradient product (after the GEMM library's common declarations)."""
-    return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(_source()) + gemm_c.at_o2(_shift_source())
+    return (
+        gemm_c.at_o2(gemm_c.COMMON)
+        + gemm_c.at_o2(_source())
+        + gemm_c.at_o2(_shift_source())
+        + gemm_c.at_o2(_channels_last_source())
+    )
 
 
 def shifted(win: Any) -> bool:
@@ -364,11 +494,19 @@ def shifted(win: Any) -> bool:
     return bool(win.sh == win.sw == 1)
 
 
+def channels_last(win: Any) -> bool:
+    """Whether `win` takes the channels-last stride-1 form (plait_wgrad_cl): a stride-1 window of more than one tap
+    over input channels that fill whole tiles of CV vectors (the 3x3 layers of resnets and VGGs)."""
+    return bool(CL_ENABLED and shifted(win) and win.kh * win.kw > 1 and win.c % (16 * CV) == 0)
+
+
 def call(win: Any, co: int) -> str:
     """The statements of a kernel body computing b0 = the weight gradient from b1 = dy and b2 = x over `win`."""
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     rows, npos = win.c * win.kh * win.kw, win.oh * win.ow
-    if shifted(win):
+    if channels_last(win):
+        run = f"plait_wgrad_cl(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {win.oh});"
+    elif shifted(win):
         run = f"plait_wgrad_s1(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {win.oh}, {rows});"
     else:
         run = f"plait_wgrad(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {rows}, {npos});"
