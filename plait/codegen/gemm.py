@@ -16,7 +16,7 @@ from plait.codegen import conv_s2_c, gemm_c, pointwise_c
 from plait.codegen.c import entry_points
 from plait.codegen.cstyle import RenderedKernel
 from plait.codegen.expr import ExprBuilder, Idx
-from plait.errors import UnsupportedError
+from plait.errors import CompileError, UnsupportedError
 from plait.graph.node import Node
 from plait.graph.ops.conv import Window
 
@@ -71,13 +71,16 @@ def _epi(
     indent: str,
     idx_t: str = "long",
     coords: list[str] | None = None,
+    carried: Node | None = None,
 ) -> tuple[str, str, str]:
     """(statements, result expression, extra kernel parameters) for storing `value` at linear `index` (or at
-    per-axis `coords` of the epilogue's shape, when the caller has them)."""
+    per-axis `coords` of the epilogue's shape, when the caller has them). A `carried` residual is already in
+    `value` (C held it before the product was added): its term reads as zero."""
     if epi is None:
         return "", value, ""
     args = {n.uid: f"e{i}" for i, n in enumerate(epi.extra)}
-    b = ExprBuilder(r, args, idx_t, subst={epi.mm.uid: value})
+    subst = {epi.mm.uid: value} | ({carried.uid: "0.0f"} if carried is not None else {})
+    b = ExprBuilder(r, args, idx_t, subst=subst)
     where = Idx(epi.root.shape, coords=coords) if coords else Idx(epi.root.shape, linear=b.tmp(idx_t, index, "i"))
     v = b.value(epi.root, where)
     params = "".join(", " + r.param(n.dtype, f"e{i}", False) for i, n in enumerate(epi.extra))
@@ -128,23 +131,11 @@ def direct_conv(spec: GemmSpec) -> bool:
     return spec.conv is not None and spec.a[3] == 1 and gemm_c.use_direct(spec.conv, spec.m, spec.k)
 
 
-def render_c(
-    spec: GemmSpec,
-    knobs: dict[str, int] | None = None,
-    r: Any = None,
-    epi: Epilogue | None = None,
-    lanes: pointwise_c.LanesPlan | None = None,
-) -> RenderedKernel:
-    """A C kernel for `spec`: a call into the shared GEMM library (or the GEMV for a few rows) plus its epilogue.
-    Knobs MR and NR (a multiple of 16) fix the register tile; without them the tile that pads least is used. With
-    `lanes`, A is the weight packed at plan build and the product runs across the lanes (pointwise_c.lanes_call; a
-    stride-2 3x3 convolution, conv_s2_c.call)."""
-    if spec.a_nchw is not None:
-        raise UnsupportedError(f"C GEMM {spec}: an output gradient read in place from NCHW (a_nchw) is OpenCL's form")
-    kn = knobs or {}
-    ao, sab, sam, sak = spec.a
-    bo, sbb, sbk, sbn = spec.b
+def _c_form(spec: GemmSpec, kn: dict[str, int]) -> tuple[bool, bool, bool, bool]:
+    """How render_c runs `spec` on cpu: (small: the GEMV for a few rows, vec: a matrix-vector product, trans: C^T
+    computed, pointwise: B streamed by the 1x1 kernel); none of them: the GEMM library's plait_sgemm."""
     m, n, k = spec.m, spec.n, spec.k
+    sbk, sbn = spec.b[2], spec.b[3]
     small = spec.conv is None and gemm_c.use_gemv(m, n, k, spec.batch, sbk, sbn, kn.get("SMALL_M", 4))
     # a matrix-vector product (n == 1) is a GEMV of the transposed problem; C and C^T are the same vector
     vec = not small and n == 1 and spec.conv is None
@@ -157,6 +148,67 @@ def render_c(
     trans = not small and not vec and spec.conv is None and (narrow_c or transposed_b)
     # few rows over long contiguous rows of B (1x1 convolutions with few output channels): B streamed, not packed
     pointwise = not small and not vec and not trans and "MR" not in kn and pointwise_c.fits(spec)
+    return small, vec, trans, pointwise
+
+
+def _leaf_paths(node: Node, leaves: set[int], path: tuple[Node, ...], out: dict[int, list[tuple[Node, ...]]]) -> None:
+    """Every path from the epilogue's root down to each leaf (the product or an extra operand) it reads."""
+    path = (*path, node)
+    if node.uid in leaves:
+        out.setdefault(node.uid, []).append(path)
+        return
+    for src in node.srcs:
+        _leaf_paths(src, leaves, path, out)
+
+
+def carried_residual(spec: GemmSpec, knobs: dict[str, int] | None, epi: Epilogue | None) -> Node | None:
+    """The residual operand R that a cpu GEMM can take in C's storage (C holds R on entry, the product is added to
+    it, the epilogue drops R's term), else None. That saves reading R in the epilogue besides C (ORT's fused
+    Conv+Sum). It needs the GEMM library's form and an epilogue f(... (product + R) ...) where the product and R
+    each appear once, meet at an add, and below it pass only adds and reshapes: then R is read at C's element
+    and nothing scales it or the product apart (a bias added on the way stays right)."""
+    if epi is None or spec.a_nchw is not None or (spec.conv is not None and (spec.m == 1 or direct_conv(spec))):
+        return None
+    if any(_c_form(spec, knobs or {})) or epi.root.dtype.name != "float32" or epi.mm.dtype.name != "float32":
+        return None
+    size = math.prod(epi.root.shape)
+    paths: dict[int, list[tuple[Node, ...]]] = {}
+    _leaf_paths(epi.root, {epi.mm.uid, *(x.uid for x in epi.extra)}, (), paths)
+    if len(paths.get(epi.mm.uid, [])) != 1:
+        return None
+    (mm_path,) = paths[epi.mm.uid]
+    for x in epi.extra:
+        if math.prod(x.shape) != size or x.dtype.name != "float32" or len(paths.get(x.uid, [])) != 1:
+            continue
+        (r_path,) = paths[x.uid]
+        meet = 0
+        while meet + 2 < min(len(mm_path), len(r_path)) and mm_path[meet + 1] is r_path[meet + 1]:
+            meet += 1
+        below = mm_path[meet + 1 : -1] + r_path[meet + 1 : -1]
+        if mm_path[meet].op == "add" and all(n.op in ("add", "reshape") for n in below):
+            return x
+    return None
+
+
+def render_c(
+    spec: GemmSpec,
+    knobs: dict[str, int] | None = None,
+    r: Any = None,
+    epi: Epilogue | None = None,
+    lanes: pointwise_c.LanesPlan | None = None,
+    residual: Node | None = None,
+) -> RenderedKernel:
+    """A C kernel for `spec`: a call into the shared GEMM library (or the GEMV for a few rows) plus its epilogue.
+    Knobs MR and NR (a multiple of 16) fix the register tile; without them the tile that pads least is used. With
+    `lanes`, A is the weight packed at plan build and the product runs across the lanes (pointwise_c.lanes_call; a
+    stride-2 3x3 convolution, conv_s2_c.call). With `residual` (carried_residual's), C holds it on entry."""
+    if spec.a_nchw is not None:
+        raise UnsupportedError(f"C GEMM {spec}: an output gradient read in place from NCHW (a_nchw) is OpenCL's form")
+    kn = knobs or {}
+    ao, sab, sam, sak = spec.a
+    bo, sbb, sbk, sbn = spec.b
+    m, n, k = spec.m, spec.n, spec.k
+    small, vec, trans, pointwise = _c_form(spec, kn)
     if "MR" in kn and "NR" in kn:
         mr, nv = kn["MR"], max(1, kn["NR"] // gemm_c.VW)
     else:
@@ -175,7 +227,9 @@ def render_c(
     if coords is not None and spec.conv is not None and m == 1:
         # a depthwise kernel's epilogue runs on `mr` consecutive planes at once (row i is plane bz + i)
         coords = [c.replace("bz", "(bz + i)") for c in coords]
-    stmts, res, params = _epi(r, epi, "v", index, "      ", "int" if narrow else "long", coords)
+    if residual is not None and (epi is None or carried_residual(spec, kn, epi) is not residual):
+        raise CompileError(f"C GEMM {spec}: the residual {residual.op} {residual.shape} cannot be carried in C here")
+    stmts, res, params = _epi(r, epi, "v", index, "      ", "int" if narrow else "long", coords, residual)
     epi_fn, extra, epilogue, holder = "0", "0", "", ""
     if epi is not None:
         loads = "".join(
@@ -187,7 +241,11 @@ def render_c(
         gemm_lib = not (lanes or depthwise or direct_conv(spec) or pointwise or small or vec or trans)
         # an operand as large as C is a residual read at C's element index (a wrong guess costs only the hints)
         size = math.prod(epi.root.shape)
-        full = [f"e{i}" for i, x in enumerate(epi.extra) if math.prod(x.shape) == size and coords is not None]
+        full = [
+            f"e{i}"
+            for i, x in enumerate(epi.extra)
+            if math.prod(x.shape) == size and coords is not None and x is not residual
+        ]
         ahead = gemm_c.epi_prefetch(full, m, n) if gemm_lib else ""
         # a simd row loop: comparisons (ReLU6's select) become masks instead of mispredicted branches
         epilogue = f"""static void epi_KERNEL_NAME(float* restrict c, long bz, int i0, int j0, int mr, int nr, void* const* extra) {{
@@ -238,7 +296,7 @@ def render_c(
             at_args = f"A + {ao}, {sab}, {spec.a_inner}, {sak}, {sam}"
             call = gemm_c.call(fn, swapped, bt_args, at_args, True, epi_fn, extra)
         else:
-            call = gemm_c.call(fn, spec, a_args, b_args, False, epi_fn, extra)
+            call = gemm_c.call(fn, spec, a_args, b_args, False, epi_fn, extra, residual is not None)
     args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
     src = entry_points("KERNEL_NAME", args, holder + call, f"{lib}/* KERNEL_NAME */\n{epilogue}")
     kind = (

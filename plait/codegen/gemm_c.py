@@ -328,7 +328,7 @@ static void plait_fringe_cols(const float* b, long sbk, long sbn, const plait_wi
 }
 
 /* Rows [0, mr) of A (a, lda apart) times the R fringe columns of B for one k block; at the first block the partial
-   sums start from zero, at the last they are summed into C (c, element (i, q) at i * rs + q * cs). */
+   sums start from zero, at the last they are summed into C (c, element (i, q) at i * rs + q * cs; last 2: added to C). */
 static void plait_fringe(int R, int kc, const float* a, long lda, const float* fb, long ldf, plait_v16* part,
                          int first, int last, float* c, long rs, long cs, int mr) {
   if (first) memset(part, 0, sizeof(plait_v16) * 4 * (size_t)((mr + 3) / 4 * 4));
@@ -348,7 +348,7 @@ static void plait_fringe(int R, int kc, const float* a, long lda, const float* f
     for (int q = 0; q < R; q++) {
       float sum = 0.0f;
       for (int l = 0; l < 16; l++) sum += part[i * 4 + q][l];
-      c[i * rs + q * cs] = sum;
+      c[i * rs + q * cs] = last > 1 ? c[i * rs + q * cs] + sum : sum;
     }
 }
 //@shared-end
@@ -449,10 +449,11 @@ static void plait_tile_{t}(int kc, const float* at, long lda, const float* bp, f
 /* C[bz] = A[bz] @ B[bz] for bz < batch (bz = outer * inner + inner index), element (i, j) at i*rs + j*cs
    (trans: the caller swapped A and B to compute C^T, which suits a narrow C); B is the patch columns of image
    bz when win is set. When every bz shares A and the images are narrow, their columns are merged into one wide
-   product (the weights are streamed once for all images). epi runs on each finished tile while it is in cache. */
+   product (the weights are streamed once for all images). epi runs on each finished tile while it is in cache.
+   With acc, C holds a value on entry (a residual in its storage) that the product adds to. */
 static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
                             long sak, const float* B, long sbb, long sbi, long sbk, long sbn, const plait_win* win,
-                            float* C, int trans, plait_epi_fn epi, void* const* extra) {{
+                            float* C, int trans, int acc, plait_epi_fn epi, void* const* extra) {{
   long rs = trans ? 1 : n, cs = trans ? m : 1;
   long images = batch > 1 && n < {MERGE_BELOW} && !trans && sai == 0 && (sab == 0 || batch == inner) ? batch : 0;
   long cols = images ? batch * n : n, nb = images ? 1 : batch;
@@ -545,11 +546,11 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
           for (long jj = j0; jj < jend; jj += {nr}) {{
             int nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
             const float* panel = bp + (jj - j0) * kc;
-            if (images) plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, pc > 0, last, epi, extra);
-            else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, pc > 0);
+            if (images) plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, acc || pc > 0, last, epi, extra);
+            else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0);
           }}
           if (fringe)
-            plait_fringe(fr, kc, at, lda, fb, ldf, part + (ii - i0) / {mr} * {(mr + 3) // 4 * 4 * 4}, pc == 0, last, c + ii * rs + jf * cs, rs, cs, mr);
+            plait_fringe(fr, kc, at, lda, fb, ldf, part + (ii - i0) / {mr} * {(mr + 3) // 4 * 4 * 4}, pc == 0, last << acc, c + ii * rs + jf * cs, rs, cs, mr);
           if (epi && last && !images) {{
             int jn = (int)((j1 < cols ? j1 : cols) - j0);
             if (trans) epi(c, bz, (int)j0, ii, jn, mr, extra); else epi(c, bz, ii, (int)j0, mr, jn, extra);
@@ -1522,13 +1523,15 @@ def call(
     trans: bool,
     epi_fn: str,
     extra: str,
+    acc: bool = False,
 ) -> str:
-    """The statements of a kernel body that run one GEMM (the window of an implicit-GEMM B operand included)."""
+    """The statements of a kernel body that run one GEMM (the window of an implicit-GEMM B operand included); with
+    `acc` the product is added to what C holds on entry."""
     win = spec.conv
     if win is None:
-        return f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, 0, C, {int(trans)}, {epi_fn}, {extra});\n"
+        return f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, 0, C, {int(trans)}, {int(acc)}, {epi_fn}, {extra});\n"
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     return (
         f"  static const plait_win win = {{{geo}}};\n"
-        f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, 0, {epi_fn}, {extra});\n"
+        f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, 0, {int(acc)}, {epi_fn}, {extra});\n"
     )

@@ -41,6 +41,8 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
 
         knobs = knobs if knobs is not None else knobs_for(device, "gemm", item.gemm)
         render_fn = gemm.render_c if r.dialect == "c" else gemm.render_opencl
+        if r.dialect == "c":
+            return gemm.render_c(item.gemm, knobs, r, item.epilogue(), residual=item.extra.get("carried"))
         return render_fn(item.gemm, knobs, r, item.epilogue())
     if item.kind == "pointwise":  # a 1x1 convolution across the vector lanes, its weights packed at plan build
         assert item.gemm is not None
@@ -125,19 +127,30 @@ class MemoryPlan:
         return [_alloc(device, n) for n in self.sizes]
 
 
-def plan_memory(sizes: list[int], alias: list[int | None], reads: list[list[int]], pinned: set[int]) -> MemoryPlan:
+def plan_memory(
+    sizes: list[int],
+    alias: list[int | None],
+    reads: list[list[int]],
+    pinned: set[int],
+    over: dict[int, int] | None = None,
+) -> MemoryPlan:
     """Assign storage to a sequence of steps run in order, reusing a slot once the last reader of its value ran.
 
     Step i writes `sizes[i]` bytes, or, where `alias[i]` is set, is a view of step alias[i]'s storage (a reshape;
     -1: a view of a buffer from outside). `reads[i]` lists the earlier steps whose values step i reads. Steps in
     `pinned` (outputs, values a caller can still see, work done once) keep buffers of their own, as do views of
-    them. A step never writes a slot that one of its own inputs occupies. Greedy best fit: the smallest free slot
-    that is large enough, else the largest free one grown to fit, else a new slot."""
+    them. A step never writes a slot that one of its own inputs occupies, except step i of `over` {i: j}, which
+    writes over the slot of step j (a GEMM whose C starts as its residual j): the caller has checked that j is
+    an unpinned value of the same size, computed by a kernel, read last and once by step i. Greedy best fit: the
+    smallest free slot that is large enough, else the largest free one grown to fit, else a new slot."""
     n = len(sizes)
+    over = over or {}
     root = list(range(n))
     for i, a in enumerate(alias):
         if a is not None:
             root[i] = root[a] if a >= 0 else -1
+        elif i in over:
+            root[i] = root[over[i]]
     last = list(range(n))
     for i in range(n):
         for j in reads[i]:
@@ -147,13 +160,15 @@ def plan_memory(sizes: list[int], alias: list[int | None], reads: list[list[int]
     keep = {root[i] for i in pinned if root[i] >= 0}
     ends: dict[int, list[int]] = {}
     for r in range(n):
-        if alias[r] is None:
+        if root[r] == r:
             ends.setdefault(last[r], []).append(r)
     slot: list[int | None] = [None] * n
     slot_sizes: list[int] = []
     free: list[int] = []
     for i in range(n):
-        if alias[i] is None and i not in keep and sizes[i] > 0:
+        if i in over:
+            slot[i] = slot[root[i]]
+        elif alias[i] is None and i not in keep and sizes[i] > 0:
             fits = [s for s in free if slot_sizes[s] >= sizes[i]]
             if fits:
                 s = min(fits, key=lambda s: slot_sizes[s])
@@ -262,7 +277,54 @@ class Plan:
         reads = [[at[n.uid] for n in item.inputs if n.uid in at] for item in self.items]
         seen = {n.uid for n in self.outputs} | (keep(set(at)) if keep is not None else set())
         pinned = {i for i, item in enumerate(self.items) if item.out.uid in seen or item.extra.get("constant")}
-        return plan_memory(sizes, alias, reads, pinned)
+        over = self._carried(at, alias, reads, pinned) if keep is None and self.device.renderer.dialect == "c" else {}
+        return plan_memory(sizes, alias, reads, pinned, over)
+
+    def _carried(
+        self, at: dict[int, int], alias: list[int | None], reads: list[list[int]], pinned: set[int]
+    ) -> dict[int, int]:
+        """The cpu GEMMs that take their residual's storage for C ({step: residual's step}, see plan_memory's
+        `over`), each item marked extra["carried"] for its render. Only in a plan whose memory is fixed (inputs
+        given, no caller-held values: a realize's recipe replays its kernels under other pinned sets) and only
+        where the residual is an unpinned kernel output that no step after the GEMM reads, nor the GEMM itself
+        besides its epilogue (as an operand it would be overwritten while still read)."""
+        from plait.tune import knobs_for
+
+        def roots(over: dict[int, int]) -> list[int]:
+            root = list(range(len(alias)))
+            for i, a in enumerate(alias):
+                root[i] = (root[a] if a >= 0 else -1) if a is not None else root[over[i]] if i in over else i
+            return root
+
+        root = roots({})
+        over: dict[int, int] = {}
+        for i, item in enumerate(self.items):
+            if item.kind != "gemm" or i in pinned or item.gemm is None:
+                continue
+            res = gemm.carried_residual(item.gemm, knobs_for(self.device, "gemm", item.gemm), item.epilogue())
+            j = at.get(res.uid) if res is not None else None
+            if j is None or j >= i or alias[j] is not None or j in pinned or self.items[j].kind == "written":
+                continue
+            r = root[j]
+            if sum(root[x] == r for x in reads[i]) != 1:
+                continue
+            if any(root[x] == r for k in range(i + 1, len(reads)) for x in reads[k]):
+                continue
+            over[i] = j
+            root = roots(over)
+        # a chain whose storage a pinned view keeps (an output reshaped from it) would lose its shared slot
+        while True:
+            root = roots(over)
+            kept = {root[p] for p in pinned}
+            bad = {i for i in over if root[i] in kept}
+            if not bad:
+                break
+            over = {i: j for i, j in over.items() if i not in bad}
+        for i in over:
+            epi = self.items[i].epilogue()
+            assert epi is not None
+            self.items[i].extra["carried"] = next(x for x in epi.extra if x.uid == self.items[over[i]].out.uid)
+        return over
 
     @property
     def peak_bytes(self) -> int:

@@ -1,0 +1,127 @@
+"""A cpu GEMM whose epilogue adds a residual takes the residual's storage for C (plan.Plan._carried): C holds the
+residual on entry, the product is added to it and the epilogue drops the residual's term. Checked against PyTorch
+on residual blocks (one k block and several, fringe columns, merged images), and checked not to happen where the
+residual is read again later, is a plan input, is the GEMM's own operand, or is kept for a backward pass."""
+
+import numpy as np
+import pytest
+import torch
+
+import plait
+import plait.nn.functional as F
+from plait.schedule.plan import Plan
+from tests.helpers import assert_close, rand
+
+TF = torch.nn.functional
+
+
+def _block(x, w0, w1, w, b, conv, relu):
+    """r = relu(conv1x1(x)); y = relu(conv1x1(relu(conv1x1(r)), w) + b + r); conv1x1(y): the residual `r` is read
+    last by the product that adds it, and the block's output is not the plan's output."""
+    r = relu(conv(x, w0))
+    y = relu(conv(relu(conv(r, w1)), w, b) + r)
+    return conv(y, w1)
+
+
+def _weights(cin: int, cout: int) -> list[np.ndarray]:
+    down, up = np.float32(1 / np.sqrt(cin)), np.float32(1 / np.sqrt(cout))  # values of order 1 at any k
+    return [
+        rand((cout, cin, 1, 1), seed=1) * down,
+        rand((cin, cout, 1, 1), seed=2) * up,
+        rand((cout, cin, 1, 1), seed=3) * down,
+        rand((cout,), seed=4),
+    ]
+
+
+def _torch_block(x: np.ndarray, ws: list[np.ndarray]) -> np.ndarray:
+    w0, w1, w, b = (torch.from_numpy(a) for a in ws)
+    return _block(torch.from_numpy(x), w0, w1, w, b, TF.conv2d, torch.relu).numpy()
+
+
+def _carried(plan: Plan) -> list[int]:
+    """The steps whose GEMM carries its residual in C; each must share its residual's memory slot."""
+    at = {it.out.uid: i for i, it in enumerate(plan.items)}
+    steps = [i for i, it in enumerate(plan.items) if "carried" in it.extra]
+    for i in steps:
+        j = at[plan.items[i].extra["carried"].uid]
+        assert plan.memory.slot[i] is not None and plan.memory.slot[i] == plan.memory.slot[j], (i, j)
+    return steps
+
+
+@pytest.mark.parametrize(
+    "batch,cin,cout,hw",
+    [
+        (1, 16, 64, 23),  # one image, 529 columns: a fringe column past the last whole panel
+        (2, 16, 64, 23),  # two images, one k block
+        (2, 300, 64, 23),  # k = 300: two k blocks, the first one adding to the residual
+        (3, 20, 32, 8),  # narrow images merged into one product (tiles spanning images)
+    ],
+)
+def test_carried_residual_matches_torch(batch, cin, cout, hw):
+    x, ws = rand((batch, cin, hw, hw)), _weights(cin, cout)
+    w0, w1, w, b = (plait.tensor(a, device="cpu") for a in ws)
+    f = plait.jit(lambda t: _block(t, w0, w1, w, b, F.conv2d, lambda v: v.relu()), device="cpu")
+    out = np.asarray(f(x))
+    assert len(_carried(f.plan_for([x])[0])) == 1
+    assert_close(out, _torch_block(x, ws), "float32", f"residual block {batch}x{cin}x{hw}x{hw} -> {cout}")
+    assert_close(np.asarray(f(x * 2)), _torch_block(x * 2, ws), "float32", "the same plan replayed on new input")
+
+
+def test_residual_read_again_is_not_carried():
+    """The residual is added once more after the GEMM: C must not overwrite it."""
+    x, ws = rand((2, 16, 23, 23)), _weights(16, 64)
+    w0, w1, w, b = (plait.tensor(a, device="cpu") for a in ws)
+
+    def block(t):
+        r = F.conv2d(t, w0).relu()
+        y = (F.conv2d(F.conv2d(r, w1).relu(), w, b) + r).relu()
+        return F.conv2d(y * r, w1)
+
+    f = plait.jit(block, device="cpu")
+    out = np.asarray(f(x))
+    assert _carried(f.plan_for([x])[0]) == []
+    tw0, tw1, tw, tb = (torch.from_numpy(a) for a in ws)
+    r = TF.conv2d(torch.from_numpy(x), tw0).relu()
+    y = (TF.conv2d(TF.conv2d(r, tw1).relu(), tw, tb) + r).relu()
+    assert_close(out, TF.conv2d(y * r, tw1).numpy(), "float32", "residual read after the block")
+
+
+def test_residual_plan_input_or_operand_is_not_carried():
+    """A residual that is a plan input (the caller's buffer), and one that is also the GEMM's own B operand."""
+    x, r, ws = rand((2, 64, 23, 23)), rand((2, 64, 23, 23), seed=5), _weights(64, 64)
+    w0, w1, w, b = (plait.tensor(a, device="cpu") for a in ws)
+    f = plait.jit(lambda t, s: F.conv2d((F.conv2d(t, w, b) + s).relu(), w1), device="cpu")
+    out = np.asarray(f(x, r))
+    assert _carried(f.plan_for([x, r])[0]) == []
+    tw1, tw, tb = (torch.from_numpy(a) for a in ws[1:])
+    want = TF.conv2d((TF.conv2d(torch.from_numpy(x), tw, tb) + torch.from_numpy(r)).relu(), tw1)
+    assert_close(out, want.numpy(), "float32", "residual as a plan input")
+
+    def own(t):
+        s = F.conv2d(t, w0).relu()
+        return F.conv2d((F.conv2d(s, w, b) + s).relu(), w1)
+
+    g = plait.jit(own, device="cpu")
+    out = np.asarray(g(x))
+    assert _carried(g.plan_for([x])[0]) == []
+    s = TF.conv2d(torch.from_numpy(x), torch.from_numpy(ws[0])).relu()
+    want = TF.conv2d((TF.conv2d(s, tw, tb) + s).relu(), tw1)
+    assert_close(out, want.numpy(), "float32", "residual that is also the product's operand")
+
+
+def test_training_residual_block_is_not_carried():
+    """Forward and backward through a residual block (realize's plans, whose kernels a recipe replays under other
+    pinned sets): gradients against PyTorch, and no realize plan carries a residual in C."""
+    x, ws = rand((2, 16, 23, 23)), _weights(16, 64)
+    params = [plait.tensor(a, device="cpu", requires_grad=True) for a in ws]
+    xp = plait.tensor(x, device="cpu")
+    r = F.conv2d(xp, params[0]).relu()
+    y = (F.conv2d(F.conv2d(r, params[1]).relu(), params[2], params[3]) + r).relu()
+    assert _carried(Plan([y.node])) == []
+    y.sum().backward()
+    tp = [torch.tensor(a, requires_grad=True) for a in ws]
+    tr = TF.conv2d(torch.from_numpy(x), tp[0]).relu()
+    (TF.conv2d(TF.conv2d(tr, tp[1]).relu(), tp[2], tp[3]) + tr).relu().sum().backward()
+    for p, t, name in zip(params, tp, ("w0", "w1", "w", "b"), strict=True):
+        assert p.grad is not None and t.grad is not None
+        assert_close(p.grad.numpy(), t.grad.numpy(), "float32", f"gradient of {name}", tol_scale=10)
