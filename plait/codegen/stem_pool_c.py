@@ -7,8 +7,8 @@ likewise. Here the stems' lanes form (plait/codegen/gemm_c.py: `plait_dc_band`, 
 epilogue there (per-channel operands only: bias, folded batch norm, ReLU), and the pool takes its maxima over
 whole 16-channel vectors of those tiles while they are in cache (first along the row, then across the window's
 rows); only the pooled rows are transposed and stored.
-Tasks are bands of POOL_ROWS pooled rows of one image; a thread keeps the conv rows its previous band computed, so
-the rows two bands share are computed once per thread, not once per band.
+Tasks are bands of up to POOL_ROWS pooled rows of one image (band_rows balances two threads); a thread keeps the
+conv rows its previous band computed, so the rows two bands share are computed once per thread, not once per band.
 """
 
 from __future__ import annotations
@@ -21,9 +21,28 @@ from plait.codegen import gemm_c
 from plait.codegen.c import entry_points
 from plait.codegen.cstyle import RenderedKernel
 from plait.codegen.gemm import Epilogue, GemmSpec, _epi, _finish, _tile_coords
+from plait.codegen.pointwise_c import LanesPlan
 from plait.codegen.pool_c import PoolGeometry
 
-POOL_ROWS = 4  # pooled rows per task (resnet b1: 14 tasks, so both threads get 7)
+POOL_ROWS = 4  # most pooled rows per task (resnet b1: 14 tasks, so both threads get 7)
+THREADS = 2  # the cpu target's threads (issue 8), whose rows band_rows balances
+
+
+def band_rows(batch: int, rows: int) -> int:
+    """Pooled rows per task: the most (up to POOL_ROWS) that leave the busier of THREADS threads the fewest rows
+    under OpenMP's static split into contiguous chunks. alexnet b1's 27 pooled rows in bands of 4 are 7 tasks, so
+    one thread ran 16 rows and the other 11; bands of 2 give 14 and 13. Larger bands share fewer conv rows between
+    threads and pack the image's input rows in fewer, longer runs."""
+
+    def busiest(pb: int) -> int:
+        bands = -(-rows // pb)
+        per = -(-batch * bands // THREADS)
+        load = [0] * THREADS
+        for task in range(batch * bands):
+            load[task // per] += min(pb, rows - task % bands * pb)
+        return max(load)
+
+    return min(range(POOL_ROWS, 0, -1), key=busiest)
 
 
 def fits(spec: GemmSpec, epi: Epilogue | None, g: PoolGeometry) -> bool:
@@ -74,11 +93,29 @@ class StemPool:
     spec: GemmSpec
     epi: Epilogue | None
     pool: PoolGeometry
+    packed: bool = False  # A is the weights packed at plan build (pack_plan), not the stem's weight rows
+
+
+def packable(spec: GemmSpec) -> bool:
+    """Whether one set of weights serves every image (no batch strides), so they can be packed once."""
+    return spec.a[1] == 0 and spec.a_inner == 0
+
+
+def pack_plan(spec: GemmSpec) -> LanesPlan:
+    """The packing of the stem's weights that the kernel reads when StemPool.packed: panels of the lanes tile's
+    16*CV output channels over all k patch elements (the layout the kernel otherwise builds per call and thread),
+    made by a `pointwise_weight` node that runs once, when the plan is built."""
+    win = spec.conv
+    assert win is not None
+    tile = gemm_c.direct_lanes(win, spec.m, spec.k)
+    assert tile is not None
+    ao, _, sam, sak = spec.a
+    return LanesPlan(spec.m, spec.k, tile[1], tile[0], (ao, sam, sak))
 
 
 DRIVER = """//@shared-begin plait_conv_dlpool_@CV@x@PX@
 typedef void (*plait_epl_fn)(float* t, long bz, int m, int tw, int np, void* const* extra);
-typedef struct { int kh, kw, sh, sw, ph, pw, dh, dw, oh, ow; } plait_pwin;
+typedef struct { int kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, pb; } plait_pwin; /* pb: pooled rows per task */
 
 /* NaN wins and then stays, as in PyTorch; where no operand holds a NaN the plain maximum gives the same bits (one
    instruction per vector instead of four), so the passes test their rows once and take it there. */
@@ -131,15 +168,17 @@ static int plait_pool_row(const float* restrict t, const plait_pwin* pg, int m, 
   return nan;
 }
 
-/* P[bz] (m x poh x pow) = the max pool pg of epl(the convolution of image bz with A's rows), as tasks of PB pooled
-   rows of one image. A task computes the conv rows its windows read that this thread does not hold yet from its
-   band of input rows, each as plait_conv_dlanes does into a row tile that epl then finishes; plait_pool_row keeps
-   the row's maxima over the window columns (row y in slot y % NS of NS), and each pooled row is the maximum of its
-   window rows' slots, stored to P's planes transposed 16 x 16 at a time. */
-static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* A, long sab,
-                                      long sai, long sam, const float* X, long sxb, long sxi, const plait_win* g,
+/* P[bz] (m x poh x pow) = the max pool pg of epl(the convolution of image bz with A's rows), as tasks of PB =
+   pg->pb pooled rows of one image. A task computes the conv rows its windows read that this thread does not hold
+   yet from its band of input rows, each as plait_conv_dlanes does into a row tile that epl then finishes;
+   plait_pool_row keeps the row's maxima over the window columns (row y in slot y % NS of NS), and each pooled row
+   is the maximum of its window rows' slots, stored to P's planes transposed 16 x 16 at a time. With pre, A holds
+   the weights already packed as panels of CW channels (pack_plan); else each thread packs them from A's rows. */
+static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* A, int pre,
+                                      long sab, long sai, long sam, const float* X, long sxb, long sxi, const plait_win* g,
                                       const plait_pwin* pg, float* P, plait_epl_fn epl, void* const* extra) {
-  enum { PB = @PB@, CV = @CV@, PX = @PX@, CW = CV * 16 };
+  enum { CV = @CV@, PX = @PX@, CW = CV * 16 };
+  int PB = pg->pb;
   int ow = g->ow, oh = n / ow, kk = g->kh * g->kw, cin = k / kk, sw = g->sw, mb = m / CW;
   int passes = (int)(((long)k * CW * 4 + @KCB@ - 1) / @KCB@), kc = (k + passes - 1) / passes;
   int TW = ((ow + PX - 1) / PX * PX + 15) / 16 * 16, PTW = (pg->ow + 15) / 16 * 16;
@@ -166,7 +205,9 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
     lo = lo < 0 ? 0 : lo;
     hi = hi > oh ? oh : hi;
     const float* a = A + bz / inner * sab + bz % inner * sai;
-    if (a != packed) {
+    if (pre) {
+      w = (float*)A; /* packed at plan build: the kernel only reads it */
+    } else if (a != packed) {
       for (int b = 0; b < mb; b++)
         for (int p = 0; p < k; p++)
           for (int i = 0; i < CW; i++) w[((long)b * k + p) * CW + i] = a[(long)(b * CW + i) * sam + p];
@@ -222,14 +263,14 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
 
 def library(cv: int, px: int) -> str:
     """The shared C code of the fused stem and pool for a cv x px register tile."""
-    body = DRIVER.replace("@CV@", str(cv)).replace("@PX@", str(px)).replace("@PB@", str(POOL_ROWS))
+    body = DRIVER.replace("@CV@", str(cv)).replace("@PX@", str(px))
     body = body.replace("@KCB@", str(gemm_c.DIRECT_LANES_KC_BYTES))
     base = gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(gemm_c.DIRECT_BAND)
     return base + gemm_c.lanes_blocks(cv, px) + gemm_c.at_o2(body)
 
 
 def render(sp: StemPool, r: Any) -> RenderedKernel:
-    """The C kernel of the fused stem and pool: C is the pooled output, A the stem's weights, B the image, then the
+    """The C kernel of the fused stem and pool: C is the pooled output, A the stem's weights (packed when sp.packed), B the image, then the
     epilogue's operands."""
     spec, g, win = sp.spec, sp.pool, sp.spec.conv
     assert win is not None
@@ -257,14 +298,16 @@ def render(sp: StemPool, r: Any) -> RenderedKernel:
 """
         holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(sp.epi.extra))) or '0'}}};\n"
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
-    pgeo = f"{g.kh}, {g.kw}, {g.sh}, {g.sw}, {g.ph}, {g.pw}, {g.dh}, {g.dw}, {g.oh}, {g.ow}"
+    pgeo = (
+        f"{g.kh}, {g.kw}, {g.sh}, {g.sw}, {g.ph}, {g.pw}, {g.dh}, {g.dw}, {g.oh}, {g.ow}, {band_rows(spec.batch, g.oh)}"
+    )
     ao, sab, sam, _ = spec.a
     bo, sbb, _, _ = spec.b
     call = (
         f"  static const plait_win win = {{{geo}}};\n"
         f"  static const plait_pwin pwin = {{{pgeo}}};\n"
         f"  plait_conv_dlpool_{tile[0]}x{tile[1]}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, "
-        f"A + {ao}, {sab}, {spec.a_inner}, {sam}, B + {bo}, {sbb}, {spec.b_inner}, &win, &pwin, C, {epl_fn}, {extra});\n"
+        f"{'A, 1' if sp.packed else f'A + {ao}, 0'}, {sab}, {spec.a_inner}, {sam}, B + {bo}, {sbb}, {spec.b_inner}, &win, &pwin, C, {epl_fn}, {extra});\n"
     )
     args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
     src = entry_points("KERNEL_NAME", args, holder + call, f"{library(*tile)}/* KERNEL_NAME */\n{epilogue}")

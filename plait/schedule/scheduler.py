@@ -751,7 +751,10 @@ def _conv_s2(items: list[Item]) -> list[Item]:
 def _stem_pool(items: list[Item], outputs: set[int]) -> list[Item]:
     """Fuse each image stem in the lanes form with the max pool that alone reads it (stem_pool_c.fits) into one
     `stempool` item writing the pooled output (plait/codegen/stem_pool_c.py): the stem's output never goes to
-    memory. The stem's product and epilogue travel in extra["stempool"]."""
+    memory. The stem's product and epilogue travel in extra["stempool"]. A weight constant in the plan (as
+    _conv_s2's) is packed by an item marked `constant`, once at plan build, instead of per call and thread."""
+    made_once = {it.out.uid for it in items if it.extra.get("constant")}
+    packs: dict[int, Item] = {}
     readers: dict[int, int] = {}
     for it in items:
         for x in it.inputs:
@@ -768,13 +771,19 @@ def _stem_pool(items: list[Item], outputs: set[int]) -> list[Item]:
             continue
         if not stem_pool_c.fits(stem.gemm, stem.epilogue(), it.out.arg):
             continue
-        sp = stem_pool_c.StemPool(stem.gemm, stem.epilogue(), it.out.arg)
-        fused[i] = Item(it.out, list(stem.inputs), "stempool", gemm=stem.gemm, extra={"stempool": sp})
+        weight, inputs = stem.inputs[0], list(stem.inputs)
+        once = weight.buffer is not None or weight.uid in made_once
+        if once and stem_pool_c.packable(stem.gemm):
+            packed = pointwise_weight(weight, stem_pool_c.pack_plan(stem.gemm))
+            packs[i] = Item(packed, [weight], "custom", extra={"constant": True})
+            inputs[0] = packed
+        sp = stem_pool_c.StemPool(stem.gemm, stem.epilogue(), it.out.arg, i in packs)
+        fused[i] = Item(it.out, inputs, "stempool", gemm=stem.gemm, extra={"stempool": sp})
     out: list[Item] = []
     pools = {f.out.uid for f in fused.values()}
     for i, it in enumerate(items):
         if i in fused:
-            out.append(fused[i])
+            out.extend([packs[i], fused[i]] if i in packs else [fused[i]])
         elif not (it.kind == "custom" and it.out.uid in pools):
             out.append(it)
     return out

@@ -10,6 +10,7 @@ import torch
 
 import plait
 import plait.nn.functional as F
+from plait.codegen import stem_pool_c
 from tests.helpers import assert_close, rand
 
 CASES = [  # n, h, w, conv kernel, stride, padding, pool kernel, stride, padding, dilation, ceil mode
@@ -18,12 +19,29 @@ CASES = [  # n, h, w, conv kernel, stride, padding, pool kernel, stride, padding
     (1, 61, 59, 7, 2, 3, 3, 2, 1, 1, True),  # ceil mode: the last window hangs past the plane's edge
     (1, 50, 40, 5, 2, 2, 2, 2, 0, 1, False),  # 2x2/2 pool, no overlap between bands
     (1, 40, 44, 7, 2, 3, 3, 1, 1, 2, False),  # stride-1 pool with dilation 2: bands share four conv rows
+    (1, 15, 29, 7, 2, 3, 3, 2, 1, 1, False),  # 4 pooled rows: bands of 2 (band_rows)
+    (1, 35, 21, 7, 2, 3, 3, 2, 1, 1, False),  # 9 pooled rows: bands of 1
 ]
 
 
 def _fused(f, *arrays) -> bool:
     plan, _ = f.plan_for(list(arrays))
     return any("plait_conv_dlpool_" in kern.source for kern in plan.kernels)
+
+
+def _packed_at_build(f, *arrays) -> bool:
+    """Whether the plan packs the stem's weights in an item of their own (run once, at plan build)."""
+    plan, _ = f.plan_for(list(arrays))
+    return any(it.out.op == "pointwise_weight" and it.extra.get("constant") for it in plan.items)
+
+
+def test_band_rows_balance_two_threads():
+    """Bands of pooled rows leave two threads (contiguous halves of the tasks) the fewest rows on the busier one:
+    alexnet b1's 27 pooled rows in bands of 2 (14 and 13 rows, not 16 and 11), resnet's 56 in bands of 4."""
+    assert stem_pool_c.band_rows(1, 27) == 2
+    assert stem_pool_c.band_rows(1, 56) == 4
+    assert stem_pool_c.band_rows(16, 27) == 4
+    assert (stem_pool_c.band_rows(1, 4), stem_pool_c.band_rows(1, 9)) == (2, 1)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -39,7 +57,7 @@ def test_stem_pool_matches_torch(case):
 
     f = plait.jit(net, device="cpu")
     got = np.asarray(f(x))
-    assert _fused(f, x)
+    assert _fused(f, x) and _packed_at_build(f, x)
     y = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), s, p).relu()
     want = torch.nn.functional.max_pool2d(y, pk, ps, pp, pd, ceil_mode=ceil)
     assert got.shape == tuple(want.shape)
@@ -74,7 +92,7 @@ def test_stem_pool_weights_as_inputs():
     for seed in (1, 2):
         wt = rand((64, 3, 7, 7), seed=seed, low=-1, high=1) * 0.2
         got = np.asarray(f(x, wt))
-        assert _fused(f, x, wt)
+        assert _fused(f, x, wt) and not _packed_at_build(f, x, wt)
         y = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), None, 2, 3).relu()
         assert_close(
             got, torch.nn.functional.max_pool2d(y, 3, 2, 1).numpy(), "float32", f"weights {seed}", tol_scale=10
