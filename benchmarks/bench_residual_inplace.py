@@ -32,8 +32,8 @@ from plait.schedule.plan import Plan
 ORIGINAL_DRIVER: Callable[[int, int], str] = gemm_c._driver
 # the two micro-kernel calls of the driver (merged images, one image) whose `add` argument is `pc > 0`
 ADD_CALLS = (
-    "plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, pc > 0, last, epi, extra);",
-    "plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, pc > 0);",
+    "plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, acc || pc > 0, last, epi, extra, sc);",
+    "plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0);",
 )
 
 

@@ -71,15 +71,17 @@ def _epi(
     indent: str,
     idx_t: str = "long",
     coords: list[str] | None = None,
-    carried: Node | None = None,
+    carried: Carried | None = None,
 ) -> tuple[str, str, str]:
     """(statements, result expression, extra kernel parameters) for storing `value` at linear `index` (or at
-    per-axis `coords` of the epilogue's shape, when the caller has them). A `carried` residual is already in
-    `value` (C held it before the product was added): its term reads as zero."""
+    per-axis `coords` of the epilogue's shape, when the caller has them). With a `carried` residual, `value` is
+    the residual plus the product's (scaled) term: the term reads as `value`, the residual as zero."""
     if epi is None:
         return "", value, ""
     args = {n.uid: f"e{i}" for i, n in enumerate(epi.extra)}
-    subst = {epi.mm.uid: value} | ({carried.uid: "0.0f"} if carried is not None else {})
+    subst = {epi.mm.uid: value}
+    if carried is not None:
+        subst = {carried.term.uid: value, carried.residual.uid: "0.0f"}
     b = ExprBuilder(r, args, idx_t, subst=subst)
     where = Idx(epi.root.shape, coords=coords) if coords else Idx(epi.root.shape, linear=b.tmp(idx_t, index, "i"))
     v = b.value(epi.root, where)
@@ -161,12 +163,42 @@ def _leaf_paths(node: Node, leaves: set[int], path: tuple[Node, ...], out: dict[
         _leaf_paths(src, leaves, path, out)
 
 
-def carried_residual(spec: GemmSpec, knobs: dict[str, int] | None, epi: Epilogue | None) -> Node | None:
+@dataclass(frozen=True)
+class Carried:
+    """A residual a cpu GEMM takes in C's storage: `term`, the product's node in the epilogue (the product itself,
+    or it times a per-row `scale`, which the micro-kernel applies), and `residual`, whose term then reads as zero."""
+
+    residual: Node
+    term: Node
+    scale: Node | None
+
+
+def _row_scale(spec: GemmSpec, mul: Node, below: Node, extra: tuple[Node, ...]) -> Node | None:
+    """The extra operand s when `mul` is `below` times s[i] at C's row i (a batch norm's scale broadcast over the
+    channel axis: expand(reshape(s)) with s of m values), else None."""
+    (other,) = [x for x in mul.srcs if x is not below] or [below]
+    if other is below or other.op != "expand" or other.shape != mul.shape:
+        return None
+    src = other.srcs[0]
+    axes = [a for a, d in enumerate(src.shape) if d != 1]
+    if len(src.shape) != len(mul.shape) or len(axes) != 1 or src.shape[axes[0]] != spec.m:
+        return None
+    p = axes[0]
+    if math.prod(mul.shape[:p]) != spec.batch or math.prod(mul.shape[p + 1 :]) != spec.n:
+        return None
+    while src.op == "reshape" and all(src is not x for x in extra):
+        src = src.srcs[0]
+    known = any(src is x for x in extra)
+    return src if known and src.dtype.name == "float32" and math.prod(src.shape) == spec.m else None
+
+
+def carried_residual(spec: GemmSpec, knobs: dict[str, int] | None, epi: Epilogue | None) -> Carried | None:
     """The residual operand R that a cpu GEMM can take in C's storage (C holds R on entry, the product is added to
     it, the epilogue drops R's term), else None. That saves reading R in the epilogue besides C (ORT's fused
-    Conv+Sum). It needs the GEMM library's form and an epilogue f(... (product + R) ...) where the product and R
-    each appear once, meet at an add, and below it pass only adds and reshapes: then R is read at C's element
-    and nothing scales it or the product apart (a bias added on the way stays right)."""
+    Conv+Sum). It needs the GEMM library's form and an epilogue f(... (term + R) ...) where the term (the product,
+    or the product times a per-row scale: an unfolded batch norm) and R each appear once, meet at an add, and below
+    it pass only adds and reshapes: then R is read at C's element and nothing scales it apart from the product
+    (a shift or bias added on the way stays right)."""
     if epi is None or spec.a_nchw is not None or (spec.conv is not None and (spec.m == 1 or direct_conv(spec))):
         return None
     if any(_c_form(spec, knobs or {})) or epi.root.dtype.name != "float32" or epi.mm.dtype.name != "float32":
@@ -177,16 +209,24 @@ def carried_residual(spec: GemmSpec, knobs: dict[str, int] | None, epi: Epilogue
     if len(paths.get(epi.mm.uid, [])) != 1:
         return None
     (mm_path,) = paths[epi.mm.uid]
+    top = len(mm_path) - 1  # the product's term: the product, through reshapes, times at most one row scale
+    while top > 1 and mm_path[top - 1].op == "reshape":
+        top -= 1
+    scale = None
+    if top > 1 and mm_path[top - 1].op == "mul":
+        scale = _row_scale(spec, mm_path[top - 1], mm_path[top], epi.extra)
+        top = top - 1 if scale is not None else top
+    t_path = mm_path[: top + 1]
     for x in epi.extra:
         if math.prod(x.shape) != size or x.dtype.name != "float32" or len(paths.get(x.uid, [])) != 1:
             continue
         (r_path,) = paths[x.uid]
         meet = 0
-        while meet + 2 < min(len(mm_path), len(r_path)) and mm_path[meet + 1] is r_path[meet + 1]:
+        while meet + 2 < min(len(t_path), len(r_path)) and t_path[meet + 1] is r_path[meet + 1]:
             meet += 1
-        below = mm_path[meet + 1 : -1] + r_path[meet + 1 : -1]
-        if mm_path[meet].op == "add" and all(n.op in ("add", "reshape") for n in below):
-            return x
+        below = t_path[meet + 1 : -1] + r_path[meet + 1 : -1]
+        if t_path[meet].op == "add" and t_path[meet] is r_path[meet] and all(n.op in ("add", "reshape") for n in below):
+            return Carried(x, t_path[-1], scale)
     return None
 
 
@@ -227,9 +267,10 @@ def render_c(
     if coords is not None and spec.conv is not None and m == 1:
         # a depthwise kernel's epilogue runs on `mr` consecutive planes at once (row i is plane bz + i)
         coords = [c.replace("bz", "(bz + i)") for c in coords]
-    if residual is not None and (epi is None or carried_residual(spec, kn, epi) is not residual):
+    carry = carried_residual(spec, kn, epi) if residual is not None else None
+    if residual is not None and (carry is None or carry.residual is not residual):
         raise CompileError(f"C GEMM {spec}: the residual {residual.op} {residual.shape} cannot be carried in C here")
-    stmts, res, params = _epi(r, epi, "v", index, "      ", "int" if narrow else "long", coords, residual)
+    stmts, res, params = _epi(r, epi, "v", index, "      ", "int" if narrow else "long", coords, carry)
     epi_fn, extra, epilogue, holder = "0", "0", "", ""
     if epi is not None:
         loads = "".join(
@@ -296,7 +337,9 @@ def render_c(
             at_args = f"A + {ao}, {sab}, {spec.a_inner}, {sak}, {sam}"
             call = gemm_c.call(fn, swapped, bt_args, at_args, True, epi_fn, extra)
         else:
-            call = gemm_c.call(fn, spec, a_args, b_args, False, epi_fn, extra, residual is not None)
+            scale = carry.scale if carry is not None else None
+            sc = next((f"e{i}" for i, x in enumerate(epi.extra) if x is scale), "0") if epi is not None else "0"
+            call = gemm_c.call(fn, spec, a_args, b_args, False, epi_fn, extra, carry is not None, sc)
     args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
     src = entry_points("KERNEL_NAME", args, holder + call, f"{lib}/* KERNEL_NAME */\n{epilogue}")
     kind = (

@@ -328,9 +328,10 @@ static void plait_fringe_cols(const float* b, long sbk, long sbn, const plait_wi
 }
 
 /* Rows [0, mr) of A (a, lda apart) times the R fringe columns of B for one k block; at the first block the partial
-   sums start from zero, at the last they are summed into C (c, element (i, q) at i * rs + q * cs; last 2: added to C). */
+   sums start from zero, at the last they are summed into C (c, element (i, q) at i * rs + q * cs; last 2: added to
+   C), row i scaled by sc[i] when sc is set. */
 static void plait_fringe(int R, int kc, const float* a, long lda, const float* fb, long ldf, plait_v16* part,
-                         int first, int last, float* c, long rs, long cs, int mr) {
+                         int first, int last, float* c, long rs, long cs, int mr, const float* sc) {
   if (first) memset(part, 0, sizeof(plait_v16) * 4 * (size_t)((mr + 3) / 4 * 4));
   for (int i0 = 0; i0 < mr; i0 += 4) {
     const float* ar[4];
@@ -348,6 +349,7 @@ static void plait_fringe(int R, int kc, const float* a, long lda, const float* f
     for (int q = 0; q < R; q++) {
       float sum = 0.0f;
       for (int l = 0; l < 16; l++) sum += part[i * 4 + q][l];
+      if (sc) sum *= sc[i];
       c[i * rs + q * cs] = last > 1 ? c[i * rs + q * cs] + sum : sum;
     }
 }
@@ -357,11 +359,12 @@ static void plait_fringe(int R, int kc, const float* a, long lda, const float* f
 
 def _micro(mr: int, nv: int) -> str:
     """C[mr x nr] (+)= A[mr x kc] @ Bpanel[kc x nr] with the accumulators in registers; partial tiles (rows or
-    columns past the matrix) are computed in full and stored element by element."""
+    columns past the matrix) are computed in full and stored element by element. plait_micro_sc_ scales row i of
+    the product by sc[i] before it is stored (C holding a residual that a batch norm's scale must not touch)."""
     nr = nv * VW
     t = f"{mr}x{nv}"
-    return f"""static void plait_micro_{t}(int kc, const float* restrict a, long lda, const float* restrict bp,
-                               float* restrict c, long rs, long cs, int mr, int nr, int add) {{
+    return f"""static inline __attribute__((always_inline)) void plait_microx_{t}(int kc, const float* restrict a, long lda,
+    const float* restrict bp, float* restrict c, long rs, long cs, int mr, int nr, int add, const float* sc) {{
   plait_v16 acc[{mr}][{nv}];
 #pragma GCC unroll {mr}
   for (int i = 0; i < {mr}; i++)
@@ -376,6 +379,14 @@ def _micro(mr: int, nv: int) -> str:
       float ai = a[i * lda + p];
 #pragma GCC unroll {nv}
       for (int v = 0; v < {nv}; v++) acc[i][v] += b[v] * ai;
+    }}
+  }}
+  if (sc) {{
+#pragma GCC unroll {mr}
+    for (int i = 0; i < {mr}; i++) {{
+      float s = sc[i < mr ? i : 0];
+#pragma GCC unroll {nv}
+      for (int v = 0; v < {nv}; v++) acc[i][v] *= s;
     }}
   }}
   if (mr == {mr} && nr == {nr} && cs == 1) {{
@@ -407,6 +418,16 @@ def _micro(mr: int, nv: int) -> str:
     }}
   }}
 }}
+
+static void plait_micro_{t}(int kc, const float* restrict a, long lda, const float* restrict bp, float* restrict c,
+                            long rs, long cs, int mr, int nr, int add) {{
+  plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, 0);
+}}
+
+static void plait_micro_sc_{t}(int kc, const float* restrict a, long lda, const float* restrict bp, float* restrict c,
+                               long rs, long cs, int mr, int nr, int add, const float* sc) {{
+  plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, sc);
+}}
 """
 
 
@@ -419,12 +440,14 @@ def _driver(mr: int, nv: int) -> str:
     return f"""/* Store a finished tile: micro-kernel result for columns [jj, jj + nr) of the merged column space (image
    g / n, column g % n), which may span images; tmp holds the tile between k blocks when it does. */
 static void plait_tile_{t}(int kc, const float* at, long lda, const float* bp, float* C, long m, int n, int ii,
-                           long jj, int mr, int nr, int add, int last, plait_epi_fn epi, void* const* extra) {{
+                           long jj, int mr, int nr, int add, int last, plait_epi_fn epi, void* const* extra,
+                           const float* sc) {{
   long img = jj / n;
   int j = (int)(jj % n);
   if (j + nr <= n) {{
     float* c = C + img * m * n;
-    plait_micro_{t}(kc, at, lda, bp, c + (long)ii * n + j, n, 1, mr, nr, add);
+    if (sc) plait_micro_sc_{t}(kc, at, lda, bp, c + (long)ii * n + j, n, 1, mr, nr, add, sc + ii);
+    else plait_micro_{t}(kc, at, lda, bp, c + (long)ii * n + j, n, 1, mr, nr, add);
     if (epi && last) epi(c, img, ii, j, mr, nr, extra);
     return;
   }}
@@ -435,7 +458,8 @@ static void plait_tile_{t}(int kc, const float* at, long lda, const float* bp, f
     for (int i = 0; i < mr && add; i++) memcpy(tmp + i * {nr} + q, C + im * m * n + (long)(ii + i) * n + jl, 4 * w);
     q += w;
   }}
-  plait_micro_{t}(kc, at, lda, bp, tmp, {nr}, 1, {mr}, {nr}, add);
+  if (sc) plait_micro_sc_{t}(kc, at, lda, bp, tmp, {nr}, 1, mr, {nr}, add, sc + ii);
+  else plait_micro_{t}(kc, at, lda, bp, tmp, {nr}, 1, {mr}, {nr}, add);
   for (int q = 0; q < nr;) {{
     long g = jj + q, im = g / n;
     int jl = (int)(g % n), w = n - jl < nr - q ? n - jl : nr - q;
@@ -450,10 +474,11 @@ static void plait_tile_{t}(int kc, const float* at, long lda, const float* bp, f
    (trans: the caller swapped A and B to compute C^T, which suits a narrow C); B is the patch columns of image
    bz when win is set. When every bz shares A and the images are narrow, their columns are merged into one wide
    product (the weights are streamed once for all images). epi runs on each finished tile while it is in cache.
-   With acc, C holds a value on entry (a residual in its storage) that the product adds to. */
+   With acc, C holds a value on entry (a residual in its storage) that the product adds to, its row i scaled by
+   sc[i] when sc is set (a batch norm's scale). */
 static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
                             long sak, const float* B, long sbb, long sbi, long sbk, long sbn, const plait_win* win,
-                            float* C, int trans, int acc, plait_epi_fn epi, void* const* extra) {{
+                            float* C, int trans, int acc, const float* sc, plait_epi_fn epi, void* const* extra) {{
   long rs = trans ? 1 : n, cs = trans ? m : 1;
   long images = batch > 1 && n < {MERGE_BELOW} && !trans && sai == 0 && (sab == 0 || batch == inner) ? batch : 0;
   long cols = images ? batch * n : n, nb = images ? 1 : batch;
@@ -546,11 +571,12 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
           for (long jj = j0; jj < jend; jj += {nr}) {{
             int nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
             const float* panel = bp + (jj - j0) * kc;
-            if (images) plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, acc || pc > 0, last, epi, extra);
+            if (images) plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, acc || pc > 0, last, epi, extra, sc);
+            else if (sc) plait_micro_sc_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0, sc + ii);
             else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0);
           }}
           if (fringe)
-            plait_fringe(fr, kc, at, lda, fb, ldf, part + (ii - i0) / {mr} * {(mr + 3) // 4 * 4 * 4}, pc == 0, last << acc, c + ii * rs + jf * cs, rs, cs, mr);
+            plait_fringe(fr, kc, at, lda, fb, ldf, part + (ii - i0) / {mr} * {(mr + 3) // 4 * 4 * 4}, pc == 0, last << acc, c + ii * rs + jf * cs, rs, cs, mr, sc ? sc + ii : 0);
           if (epi && last && !images) {{
             int jn = (int)((j1 < cols ? j1 : cols) - j0);
             if (trans) epi(c, bz, (int)j0, ii, jn, mr, extra); else epi(c, bz, ii, (int)j0, mr, jn, extra);
@@ -1524,14 +1550,15 @@ def call(
     epi_fn: str,
     extra: str,
     acc: bool = False,
+    sc: str = "0",
 ) -> str:
     """The statements of a kernel body that run one GEMM (the window of an implicit-GEMM B operand included); with
-    `acc` the product is added to what C holds on entry."""
+    `acc` the product is added to what C holds on entry, its rows scaled by the array `sc` names (when not 0)."""
     win = spec.conv
     if win is None:
-        return f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, 0, C, {int(trans)}, {int(acc)}, {epi_fn}, {extra});\n"
+        return f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, 0, C, {int(trans)}, {int(acc)}, {sc}, {epi_fn}, {extra});\n"
     geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     return (
         f"  static const plait_win win = {{{geo}}};\n"
-        f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, 0, {int(acc)}, {epi_fn}, {extra});\n"
+        f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, 0, {int(acc)}, {sc}, {epi_fn}, {extra});\n"
     )

@@ -301,8 +301,8 @@ class Plan:
         for i, item in enumerate(self.items):
             if item.kind != "gemm" or i in pinned or item.gemm is None:
                 continue
-            res = gemm.carried_residual(item.gemm, knobs_for(self.device, "gemm", item.gemm), item.epilogue())
-            j = at.get(res.uid) if res is not None else None
+            carry = gemm.carried_residual(item.gemm, knobs_for(self.device, "gemm", item.gemm), item.epilogue())
+            j = at.get(carry.residual.uid) if carry is not None else None
             if j is None or j >= i or alias[j] is not None or j in pinned or self.items[j].kind == "written":
                 continue
             r = root[j]

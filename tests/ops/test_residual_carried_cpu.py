@@ -125,3 +125,30 @@ def test_training_residual_block_is_not_carried():
     for p, t, name in zip(params, tp, ("w0", "w1", "w", "b"), strict=True):
         assert p.grad is not None and t.grad is not None
         assert_close(p.grad.numpy(), t.grad.numpy(), "float32", f"gradient of {name}", tol_scale=10)
+
+
+@pytest.mark.parametrize("batch,hw", [(1, 23), (3, 8)])
+def test_carried_residual_with_row_scale_matches_torch(batch, hw):
+    """relu(conv1x1(h) * s + t + r), an unfolded batch norm's scale s per output channel (some of it zero, as a
+    zero-initialised last gamma of a block): the micro-kernel scales the product's rows before adding them to C."""
+    cin, cout = 24, 64
+    x, ws = rand((batch, cin, hw, hw)), _weights(cin, cout)
+    s, t = rand((cout,), seed=6), rand((cout,), seed=7)
+    s[::5] = 0.0
+    w0, w1, w, sp, tp = (plait.tensor(a, device="cpu") for a in (*ws[:3], s, t))
+
+    def block(v):
+        r = F.conv2d(v, w0).relu()
+        h = F.conv2d(r, w1).relu()
+        y = (F.conv2d(h, w) * sp.reshape(1, cout, 1, 1) + tp.reshape(1, cout, 1, 1) + r).relu()
+        return F.conv2d(y, w1)
+
+    f = plait.jit(block, device="cpu")
+    out = np.asarray(f(x))
+    plan = f.plan_for([x])[0]
+    assert len(_carried(plan)) == 1
+    tw0, tw1, tw, ts, tt = (torch.from_numpy(a) for a in (ws[0], ws[1], ws[2], s, t))
+    r = TF.conv2d(torch.from_numpy(x), tw0).relu()
+    h = TF.conv2d(r, tw1).relu()
+    y = (TF.conv2d(h, tw) * ts.reshape(1, cout, 1, 1) + tt.reshape(1, cout, 1, 1) + r).relu()
+    assert_close(out, TF.conv2d(y, tw1).numpy(), "float32", f"scaled residual block b{batch} {hw}x{hw}")
