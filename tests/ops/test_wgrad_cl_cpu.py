@@ -26,6 +26,12 @@ def _grad(win: Window, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     return plait.Tensor(node).numpy()
 
 
+@pytest.fixture(autouse=True)
+def _from_64_channels(monkeypatch):
+    """The kernel's tests run from 64 channels (small cases); the choice's own threshold is tested below."""
+    monkeypatch.setattr(wgrad_c, "CL_MIN_CHANNELS", 64)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_channels_last_weight_gradient_matches_torch(case):
     n, c, h, w, co, k, p, d = case
@@ -54,8 +60,13 @@ def test_channels_last_agrees_with_position_major_form(monkeypatch):
     np.testing.assert_allclose(cl, pm, rtol=0, atol=1e-5 * np.abs(pm).max())
 
 
-def test_channels_last_needs_whole_channel_tiles():
-    """Channels that do not fill whole tiles, 1x1 windows and strided windows keep the other forms."""
+def test_channels_last_needs_whole_channel_tiles(monkeypatch):
+    """Channels that do not fill whole tiles, 1x1 windows and strided windows keep the other forms; so do 64
+    channels under the committed threshold."""
+    assert wgrad_c.channels_last(Window(2, 64, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1))
+    monkeypatch.setattr(wgrad_c, "CL_MIN_CHANNELS", 128)
+    assert not wgrad_c.channels_last(Window(2, 64, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1))
+    assert wgrad_c.channels_last(Window(2, 128, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1))
     assert not wgrad_c.channels_last(Window(2, 48, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1))
     assert not wgrad_c.channels_last(Window(2, 64, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1))
     assert not wgrad_c.channels_last(Window(2, 64, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1))
