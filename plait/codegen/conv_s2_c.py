@@ -117,9 +117,8 @@ def library(p: LanesPlan) -> str:
 def call(spec: Any, p: LanesPlan, image: str, epi_fn: str, extra: str) -> str:
     """The statements that run `spec` with weights packed for `p` (A) over the image (`image`: X, sxb, sxi)."""
     win = spec.conv
-    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     return (
-        f"  static const plait_win win = {{{geo}}};\n"
+        f"{gemm_c.win_decl(win)}"
         f"  plait_conv_s2_{p.nv}x{p.mr}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, A, {image}, &win, C,"
         f" {epi_fn}, {extra});\n"
     )

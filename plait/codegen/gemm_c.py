@@ -1147,10 +1147,9 @@ def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str)
     """The statements that run a depthwise convolution (`spec.m == 1`, one kh*kw filter per plane) with the kernel
     `dw_kernel` picks."""
     win = spec.conv
-    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     lanes = DW_MODES[dw_kernel(win)]
     return (
-        f"  static const plait_win win = {{{geo}}};\n"
+        f"{win_decl(win)}"
         f"  plait_dwconv({spec.batch}, {spec.inner}, {spec.n}, {a_args}, {b_args}, &win, {lanes}, C, {epi_fn}, {extra});\n"
     )
 
@@ -1474,6 +1473,13 @@ DIRECT_LANES_PX = (5, 6, 7)
 DIRECT_LANES_MIN_K = 64
 
 
+def win_decl(win: Any) -> str:
+    """The kernel-body statement that declares `win`, the plait_win geometry every window kernel reads (the image's
+    size, the window's taps, strides, padding, dilation and the output row's width)."""
+    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
+    return f"  static const plait_win win = {{{geo}}};\n"
+
+
 def use_direct(win: Any, m: int, k: int) -> bool:
     """True when a convolution runs as plait_conv_direct: an image stem (at most DIRECT_MAX_CIN input channels),
     its patch columns laid out per image (not folded for a weight gradient)."""
@@ -1516,11 +1522,10 @@ def direct_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) ->
     """The statements that run a few-channel convolution with plait_conv_direct or its lanes form (A: the weights,
     rows contiguous along k; B: the image)."""
     win = spec.conv
-    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     tile = direct_lanes(win, spec.m, spec.k)
     fn = "plait_conv_direct" if tile is None else f"plait_conv_dlanes_{tile[0]}x{tile[1]}"
     return (
-        f"  static const plait_win win = {{{geo}}};\n"
+        f"{win_decl(win)}"
         f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, {epi_fn}, {extra});\n"
     )
 
@@ -1557,8 +1562,7 @@ def call(
     win = spec.conv
     if win is None:
         return f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, 0, C, {int(trans)}, {int(acc)}, {sc}, {epi_fn}, {extra});\n"
-    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     return (
-        f"  static const plait_win win = {{{geo}}};\n"
+        f"{win_decl(win)}"
         f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, 0, {int(acc)}, {sc}, {epi_fn}, {extra});\n"
     )

@@ -297,14 +297,13 @@ def render(sp: StemPool, r: Any) -> RenderedKernel:
 }}
 """
         holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(sp.epi.extra))) or '0'}}};\n"
-    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     pgeo = (
         f"{g.kh}, {g.kw}, {g.sh}, {g.sw}, {g.ph}, {g.pw}, {g.dh}, {g.dw}, {g.oh}, {g.ow}, {band_rows(spec.batch, g.oh)}"
     )
     ao, sab, sam, _ = spec.a
     bo, sbb, _, _ = spec.b
     call = (
-        f"  static const plait_win win = {{{geo}}};\n"
+        f"{gemm_c.win_decl(win)}"
         f"  static const plait_pwin pwin = {{{pgeo}}};\n"
         f"  plait_conv_dlpool_{tile[0]}x{tile[1]}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, "
         f"{'A, 1' if sp.packed else f'A + {ao}, 0'}, {sab}, {spec.a_inner}, {sam}, B + {bo}, {sbb}, {spec.b_inner}, &win, &pwin, C, {epl_fn}, {extra});\n"

@@ -509,7 +509,6 @@ def channels_last(win: Any) -> bool:
 
 def call(win: Any, co: int) -> str:
     """The statements of a kernel body computing b0 = the weight gradient from b1 = dy and b2 = x over `win`."""
-    geo = f"{win.h}, {win.w}, {win.kh}, {win.kw}, {win.sh}, {win.sw}, {win.ph}, {win.pw}, {win.dh}, {win.dw}, {win.ow}"
     rows, npos = win.c * win.kh * win.kw, win.oh * win.ow
     if channels_last(win):
         run = f"plait_wgrad_cl(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {win.oh});"
@@ -517,4 +516,4 @@ def call(win: Any, co: int) -> str:
         run = f"plait_wgrad_s1(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {win.oh}, {rows});"
     else:
         run = f"plait_wgrad(b1, b2, b0, &win, {win.n}, {win.c}, {co}, {rows}, {npos});"
-    return f"  static const plait_win win = {{{geo}}};\n  {run}\n"
+    return f"{gemm_c.win_decl(win)}  {run}\n"
