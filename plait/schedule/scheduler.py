@@ -727,12 +727,27 @@ def schedule(
     return _winograd(items, constants_once) if winograd else items
 
 
+def _made_once(items: list[Item]) -> set[int]:
+    """The outputs of items marked `constant` (work done once at plan build, e.g. a weight with batch norm folded in)."""
+    return {it.out.uid for it in items if it.extra.get("constant")}
+
+
+def _packed_lanes(it: Item, plan: pointwise_c.LanesPlan) -> list[Item]:
+    """Product item `it` as a `pointwise` item reading its weight packed for `plan` (the GEMM's fused epilogue kept),
+    after the `constant` item that packs the weight once at plan build."""
+    packed = pointwise_weight(it.inputs[0], plan)
+    return [
+        Item(packed, [it.inputs[0]], "custom", extra={"constant": True}),
+        Item(it.out, [packed, *it.inputs[1:]], "pointwise", gemm=it.gemm, extra={**it.extra, "lanes": plan}),
+    ]
+
+
 def _conv_s2(items: list[Item]) -> list[Item]:
     """Run each stride-2 3x3 convolution (conv_s2_c.fits) whose weight is constant in the plan (a parameter, an ONNX
     initializer, or one that constant items make, e.g. with batch norm folded in) with the output channels across
     the lanes (plait/codegen/conv_s2_c.py): its weights are packed by an item marked `constant` and the product
     becomes a `pointwise` item over the image (the GEMM's fused epilogue kept). Other weights keep the GEMM."""
-    made_once = {it.out.uid for it in items if it.extra.get("constant")}
+    made_once = _made_once(items)
     out: list[Item] = []
     for it in items:
         weight = it.inputs[0] if it.inputs else None
@@ -741,10 +756,7 @@ def _conv_s2(items: list[Item]) -> list[Item]:
             out.append(it)
             continue
         assert it.gemm is not None
-        plan = conv_s2_c.plan(it.gemm)
-        packed = pointwise_weight(weight, plan)
-        out.append(Item(packed, [weight], "custom", extra={"constant": True}))
-        out.append(Item(it.out, [packed, *it.inputs[1:]], "pointwise", gemm=it.gemm, extra={**it.extra, "lanes": plan}))
+        out.extend(_packed_lanes(it, conv_s2_c.plan(it.gemm)))
     return out
 
 
@@ -753,7 +765,7 @@ def _stem_pool(items: list[Item], outputs: set[int]) -> list[Item]:
     `stempool` item writing the pooled output (plait/codegen/stem_pool_c.py): the stem's output never goes to
     memory. The stem's product and epilogue travel in extra["stempool"]. A weight constant in the plan (as
     _conv_s2's) is packed by an item marked `constant`, once at plan build, instead of per call and thread."""
-    made_once = {it.out.uid for it in items if it.extra.get("constant")}
+    made_once = _made_once(items)
     packs: dict[int, Item] = {}
     readers: dict[int, int] = {}
     for it in items:
@@ -804,10 +816,7 @@ def _pointwise_lanes(items: list[Item]) -> list[Item]:
         if not pointwise_c.lanes_fits(it.gemm):
             out.append(it)
             continue
-        plan = pointwise_c.lanes_plan(it.gemm)
-        packed = pointwise_weight(weight, plan)
-        out.append(Item(packed, [weight], "custom", extra={"constant": True}))
-        out.append(Item(it.out, [packed, *it.inputs[1:]], "pointwise", gemm=it.gemm, extra={**it.extra, "lanes": plan}))
+        out.extend(_packed_lanes(it, pointwise_c.lanes_plan(it.gemm)))
     return out
 
 
