@@ -40,10 +40,9 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
         from plait.tune import knobs_for
 
         knobs = knobs if knobs is not None else knobs_for(device, "gemm", item.gemm)
-        render_fn = gemm.render_c if r.dialect == "c" else gemm.render_opencl
         if r.dialect == "c":
             return gemm.render_c(item.gemm, knobs, r, item.epilogue(), residual=item.extra.get("carried"))
-        return render_fn(item.gemm, knobs, r, item.epilogue())
+        return gemm.render_opencl(item.gemm, knobs, r, item.epilogue())
     if item.kind == "pointwise":  # a 1x1 convolution across the vector lanes, its weights packed at plan build
         assert item.gemm is not None
         return gemm.render_c(item.gemm, None, r, item.epilogue(), lanes=item.extra["lanes"])
@@ -127,6 +126,18 @@ class MemoryPlan:
         return [_alloc(device, n) for n in self.sizes]
 
 
+def _storage_roots(alias: list[int | None], over: dict[int, int]) -> list[int]:
+    """For each step of plan_memory, the step whose storage it ends up in: itself, the root of the step it is a view
+    of (`alias`; -1 for a view of an outside buffer), or for a step of `over` the root of the step it writes over."""
+    root = list(range(len(alias)))
+    for i, a in enumerate(alias):
+        if a is not None:
+            root[i] = root[a] if a >= 0 else -1
+        elif i in over:
+            root[i] = root[over[i]]
+    return root
+
+
 def plan_memory(
     sizes: list[int],
     alias: list[int | None],
@@ -145,12 +156,7 @@ def plan_memory(
     smallest free slot that is large enough, else the largest free one grown to fit, else a new slot."""
     n = len(sizes)
     over = over or {}
-    root = list(range(n))
-    for i, a in enumerate(alias):
-        if a is not None:
-            root[i] = root[a] if a >= 0 else -1
-        elif i in over:
-            root[i] = root[over[i]]
+    root = _storage_roots(alias, over)
     last = list(range(n))
     for i in range(n):
         for j in reads[i]:
@@ -290,13 +296,7 @@ class Plan:
         besides its epilogue (as an operand it would be overwritten while still read)."""
         from plait.tune import knobs_for
 
-        def roots(over: dict[int, int]) -> list[int]:
-            root = list(range(len(alias)))
-            for i, a in enumerate(alias):
-                root[i] = (root[a] if a >= 0 else -1) if a is not None else root[over[i]] if i in over else i
-            return root
-
-        root = roots({})
+        root = _storage_roots(alias, {})
         over: dict[int, int] = {}
         for i, item in enumerate(self.items):
             if item.kind != "gemm" or i in pinned or item.gemm is None:
@@ -311,10 +311,10 @@ class Plan:
             if any(root[x] == r for k in range(i + 1, len(reads)) for x in reads[k]):
                 continue
             over[i] = j
-            root = roots(over)
+            root = _storage_roots(alias, over)
         # a chain whose storage a pinned view keeps (an output reshaped from it) would lose its shared slot
         while True:
-            root = roots(over)
+            root = _storage_roots(alias, over)
             kept = {root[p] for p in pinned}
             bad = {i for i in over if root[i] in kept}
             if not bad:
