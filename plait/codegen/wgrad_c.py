@@ -366,6 +366,8 @@ CL_MIN_CHANNELS = 128
 def _channels_last_source() -> str:
     """The library's C source of the channels-last stride-1 form: x copied once channels-last, dy read in place."""
     cw = 16 * CV
+    dy_rows = "\n".join(f"  const float* d{j} = dy[{j}];" for j in range(CR))  # dy's CR rows as named pointers
+    taps = ", ".join(f"d{j}[q0 + ox]" for j in range(CR))
     return f"""//@shared-begin plait_wgrad_cl
 /* acc[j][v] (16 input channels each) += dy row j (at dy[j] + oy * ow + ox) times x's channel vectors v at padded
    position (oy, ox) of xa (row pitch wp, position pitch cip), for output rows [oy0, oy1); part keeps the sums. */
@@ -378,12 +380,7 @@ static inline __attribute__((always_inline)) void plait_wgrad_cl_micro(int oy0, 
   for (int j = 0; j < {CR}; j++)
 #pragma GCC unroll {CV}
     for (int v = 0; v < {CV}; v++) acc[j][v] = first ? (plait_v16){{0}} : part[j * {CV} + v];
-  const float* d0 = dy[0];
-  const float* d1 = dy[1];
-  const float* d2 = dy[2];
-  const float* d3 = dy[3];
-  const float* d4 = dy[4];
-  const float* d5 = dy[5];
+{dy_rows}
   for (int oy = oy0; oy < oy1; oy++) {{
     const float* xr = xa + (long)oy * wp * cip;
     long q0 = (long)oy * ow;
@@ -391,7 +388,7 @@ static inline __attribute__((always_inline)) void plait_wgrad_cl_micro(int oy0, 
       plait_v16 xv[{CV}];
 #pragma GCC unroll {CV}
       for (int v = 0; v < {CV}; v++) xv[v] = *(const plait_v16*)(xr + (long)ox * cip + v * 16);
-      float dv[{CR}] = {{d0[q0 + ox], d1[q0 + ox], d2[q0 + ox], d3[q0 + ox], d4[q0 + ox], d5[q0 + ox]}};
+      float dv[{CR}] = {{{taps}}};
 #pragma GCC unroll {CR}
       for (int j = 0; j < {CR}; j++)
 #pragma GCC unroll {CV}
