@@ -20,8 +20,7 @@ from plait.codegen.c import TEAM_SYNC
 # the region ends.
 TEAM_RUNNER = (
     TEAM_SYNC
-    + """#include <omp.h>
-typedef void (*plait_team_fn)(void* const*);
+    + """typedef void (*plait_team_fn)(void* const*);
 /* Free a team run's shared buffer (plait/codegen/c.py TEAM_CELL). */
 void plait_team_release(plait_team_cell* cell) {
   free(cell->buf);
@@ -30,9 +29,14 @@ void plait_team_release(plait_team_cell* cell) {
 }
 void plait_run_team(int n, const plait_team_fn* fns, void* const* const* args, const unsigned char* sync,
                     plait_team_cell* cell) {
+#ifdef __linux__
+  unsigned home = 0;
+  if (!syscall(SYS_getcpu, &home, 0, 0)) cell->where[0] = (int)home;
+#endif
 #pragma omp parallel
   {
-    int threads = omp_get_num_threads();
+    int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    if (t) plait_team_spread(cell, t, 1);
     for (int i = 0; i < n; i++) {
       if (sync[i]) plait_team_sync(cell, threads);
       fns[i](args[i]);
@@ -43,16 +47,19 @@ void plait_run_team(int n, const plait_team_fn* fns, void* const* const* args, c
 )
 
 
-# How long a thread that reaches a team barrier first spins before it sleeps: long enough to cover the usual gap
-# between two threads finishing their shares of a kernel, short enough that a thread whose partner was preempted
-# (a loaded machine) gives the core back soon; it yields the core every few microseconds while it spins.
-TEAM_SPIN_NS = 60_000
+# How long a thread that reaches a team barrier first spins before it sleeps. It yields the core every few
+# microseconds while it spins, so another job's thread on the same core still runs. On a 2-vCPU KVM guest every futex
+# sleep costs more than the wait it saves: the host deschedules an idle vCPU, the guest then places the woken thread
+# beside its waker, and the pair shares one CPU (plait_team_spread moves it back, after the harm). resnet18 at batch 1
+# after a 0.2 s pause took 20.7 ms with a 60 us spin, 11.5 with 300 us, 11.3 with 1 ms (64, 4 and 2 sleeps a call;
+# benchmarks/bench_team_barrier.py --cold, 2026-11-23); back to back 8.2 ms with 60 us, 7.9 with 300 us.
+TEAM_SPIN_NS = 1_000_000
 
 
 class TeamCell(ctypes.Structure):
     """A team run's shared state (plait/codegen/c.py TEAM_SYNC's plait_team_cell): the shared buffer and its size
     in floats, how long a barrier's waiters spin before they sleep (ns), the lock that grows the buffer, and the
-    barrier's arrival count, generation and sleeper count."""
+    barrier's arrival count, generation and sleeper count, and the CPU each thread last ran on (plait_team_spread)."""
 
     _fields_ = [
         ("buf", ctypes.c_void_p),
@@ -62,6 +69,7 @@ class TeamCell(ctypes.Structure):
         ("count", ctypes.c_int),
         ("gen", ctypes.c_int),
         ("sleepers", ctypes.c_int),
+        ("where", ctypes.c_int * 16),
     ]
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from plait import settings
 from plait.frontends.torch.partition import PlaitPartition
 from plait.models import torch_reference
 from tests.torch.helpers import assert_close, compile_plait, run_no_fallback
@@ -26,7 +28,19 @@ def _sgd_losses(
     return losses
 
 
-def test_resnet18_sgd_loss_curve_matches_eager() -> None:
+# PLAIT_WINOGRAD: "off" is the implicit GEMM, exact to the rounding of a direct sum; "auto" runs 3x3 layers as
+# Winograd F(2,3)/F(4,3), whose transforms round more. Over 10 steps the running means of "auto" drift further from
+# eager's (layer1.0.bn1: 1.34e-3 of the buffer's norm beyond 3x eager's float32 spread, against 4.7e-4 for "off" and a
+# float32 spread of 1e-4 that eager with every weight moved by one ulp also shows; AMD EPYC host, 2026-11-23), while
+# the losses stay 4e-5 apart. Each mode keeps a bound that its rounding explains.
+@pytest.mark.parametrize("winograd, buffer_rtol", [("off", 1e-3), ("auto", 3e-3)])
+def test_resnet18_sgd_loss_curve_matches_eager(winograd: str, buffer_rtol: float) -> None:
+    torch._dynamo.reset()  # dynamo reuses a graph compiled for another resnet18 instance, under other settings
+    with settings.override(PLAIT_WINOGRAD=winograd):
+        _resnet18_sgd_loss_curve_matches_eager(buffer_rtol)
+
+
+def _resnet18_sgd_loss_curve_matches_eager(buffer_rtol: float) -> None:
     device = "cpu"  # 10 steps of a resnet: the cpu device only (the GPU run covers the others via PLAIT_TEST_DEVICES)
     # A well-conditioned run: at 32x32 and batch 4 the last batch norms see 4 values per channel and eager float32
     # itself drifts from eager float64 by up to 100% within 2 steps (a ReLU at its threshold flips); at 64x64,
@@ -54,7 +68,7 @@ def test_resnet18_sgd_loss_curve_matches_eager() -> None:
         if p.dtype.is_floating_point:
             spread = float((q.double() - r).norm())
             gap = float((p.double() - q.double()).norm())
-            assert gap <= 3 * spread + 1e-3 * float(q.norm()), (
+            assert gap <= 3 * spread + buffer_rtol * float(q.norm()), (
                 f"buffer {name}: plait-eager {gap} vs float32 spread {spread}"
             )
 
