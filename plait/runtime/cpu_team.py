@@ -11,6 +11,7 @@ import re
 import weakref
 from typing import Any
 
+from plait import settings
 from plait.codegen.c import TEAM_SYNC
 
 # Kernels as steps of one parallel region: every thread of the team runs each kernel's team entry in turn, so the
@@ -27,13 +28,13 @@ void plait_team_release(plait_team_cell* cell) {
   cell->buf = 0;
   cell->cap = 0;
 }
-void plait_run_team(int n, const plait_team_fn* fns, void* const* const* args, const unsigned char* sync,
+void plait_run_team(int want, int n, const plait_team_fn* fns, void* const* const* args, const unsigned char* sync,
                     plait_team_cell* cell) {
 #ifdef __linux__
   unsigned home = 0;
   if (!syscall(SYS_getcpu, &home, 0, 0)) cell->where[0] = (int)home;
 #endif
-#pragma omp parallel
+#pragma omp parallel num_threads(want > 0 ? want : omp_get_max_threads())
   {
     int threads = omp_get_num_threads(), t = omp_get_thread_num();
     if (t) plait_team_spread(cell, t, 1);
@@ -76,7 +77,9 @@ class TeamCell(ctypes.Structure):
 class TeamRun:
     """Kernels run as the steps of one parallel region (plait_run_team), their argument arrays built once: each
     step's buffers, then the run's TeamCell, whose shared buffer is freed with the run. `sync[i]` says whether step
-    i waits for the steps before it (team_barriers)."""
+    i waits for the steps before it (team_barriers). The region has PLAIT_NUM_THREADS threads when that is set,
+    whatever OpenMP was told before plait was imported (torch loads the same libgomp and may read OMP_NUM_THREADS
+    first), else OpenMP's own count."""
 
     def __init__(self, lib: ctypes.CDLL, steps: list[Any]):
         self.cell = TeamCell(spin=TEAM_SPIN_NS)
@@ -88,7 +91,7 @@ class TeamRun:
         self.table = (ctypes.c_void_p * len(steps))(*(ctypes.addressof(a) for a in self.args))
         self.sync = (ctypes.c_ubyte * len(steps))(*team_barriers(steps))
         self.call = functools.partial(
-            lib.plait_run_team, len(steps), self.fns, self.table, self.sync, ctypes.byref(self.cell)
+            lib.plait_run_team, settings.get("PLAIT_NUM_THREADS"), len(steps), self.fns, self.table, self.sync, ctypes.byref(self.cell)
         )
         weakref.finalize(self, lib.plait_team_release, ctypes.byref(self.cell))
 

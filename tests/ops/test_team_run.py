@@ -7,6 +7,12 @@ runs as a launch of its own between team runs; the team has the threads OpenMP i
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -212,3 +218,27 @@ def test_kernels_sharing_a_helper_build_as_one_translation_unit() -> None:
     assert joined.count("long plait_ipow(") == 1
     device._build(joined)
     np.testing.assert_array_equal(f(a, b), (a**b).sum(axis=1) + ((a + 1) ** b).sum(axis=0)[:3])
+
+
+def test_team_size_follows_plait_num_threads_whatever_openmp_read_first(tmp_path: Any) -> None:
+    """PLAIT_NUM_THREADS decides a team run's threads even when torch loaded libgomp first and OMP_NUM_THREADS
+    says otherwise (a process that imports torch before plait)."""
+    script = f"""
+import torch  # loads libgomp, which reads OMP_NUM_THREADS=1 now
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+from plait.codegen.cstyle import RenderedKernel
+from plait.runtime import get_device
+from plait.schedule.plan import Launch, run_launches
+from tests.ops.test_team_run import _PROBE, _ints, _read
+device = get_device("cpu")
+progs = [device.compile(_PROBE % (s, s), f"plait_probe_{{s}}") for s in ("a", "b")]
+k = RenderedKernel("probe", "", (1,), None)
+out = [_ints(device, [0, 0]) for _ in progs]
+run_launches(device, device.chain([Launch(p, k, [o]) for p, o in zip(progs, out)]))
+print([_read(device, o, 2) for o in out])
+"""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PLAIT_NUM_THREADS": "3", "PLAIT_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[[3, 1], [3, 1]]"
