@@ -91,7 +91,13 @@ class TeamRun:
         self.table = (ctypes.c_void_p * len(steps))(*(ctypes.addressof(a) for a in self.args))
         self.sync = (ctypes.c_ubyte * len(steps))(*team_barriers(steps))
         self.call = functools.partial(
-            lib.plait_run_team, settings.get("PLAIT_NUM_THREADS"), len(steps), self.fns, self.table, self.sync, ctypes.byref(self.cell)
+            lib.plait_run_team,
+            settings.get("PLAIT_NUM_THREADS"),
+            len(steps),
+            self.fns,
+            self.table,
+            self.sync,
+            ctypes.byref(self.cell),
         )
         weakref.finalize(self, lib.plait_team_release, ctypes.byref(self.cell))
 
