@@ -28,9 +28,14 @@ from plait.codegen.gemm import Epilogue, _tile_coords
 from plait.codegen.gemm_c import VW
 
 MR = 7  # pixels per register tile (mobilenet_v2's planes are multiples of 7 wide)
+assert MR <= 8  # plait_irb_out transposes a tile 8 pixels at a time
 NV = 3  # channel vectors per register tile: 7 x 3 accumulators, 3 weight vectors and a broadcast
 GP = NV * VW  # channels per packed weight panel (the expanded channels must be whole panels)
-KC = 256  # input channels per k block of the projection: a group's block of weights (48 KB) stays in L1
+# input channels per k block of the projection. 256 kept a group's block of weights (48 KB) in L1 on Sapphire Rapids;
+# on Zen 5 streaming a group's weights from L2 (3 lines per k against 21 FMAs) is cheaper than storing and adding
+# back the partial sums of each block: one block (all of mobilenet_v2's c1 up to 960) measured 4% less thread CPU
+# time over the blocks at one thread (docs/benchmarks.md, "mobilenet_v2 on Zen 5").
+KC = 1024
 L2_CHUNK = 1 << 20  # bytes of one chunk's scratch (bordered expanded plane + depthwise output) kept in L2
 # Input planes of more pixels are split among threads by output rows: each thread expands its strip's border rows
 # too (4% more expand work on 56x56 planes, 14% on 14x14 ones), but none reads the whole input or writes and adds a
@@ -116,8 +121,74 @@ def _tile(nv: int) -> str:
 """
 
 
+def _transpose_stages() -> str:
+    """Three two-source shuffles per pair of rows that turn r[0..7] (pixel i's 16 channels in r[i]) into r[j] holding
+    channel 2j's 8 pixels in lanes 0-7 and channel 2j+1's in lanes 8-15: stage s exchanges bit s of the row index
+    with bit s+1 of the lane index (lane = channel bit 0 + 2 * pixel afterwards); the last stage's masks also put
+    each channel's pixels in order."""
+    order = [(lane >> 3) + 2 * (lane & 7) for lane in range(16)]  # lane c0*8 + i takes lane c0 + 2i
+    out = []
+    for s in range(3):
+        b = 2 << s
+        lo = [lane if not lane & b else 16 + (lane ^ b) for lane in range(16)]
+        hi = [lane | b if not lane & b else 16 + lane for lane in range(16)]
+        if s == 2:
+            lo, hi = [lo[i] for i in order], [hi[i] for i in order]
+        shuffles = []
+        for name, mask in (("lo", lo), ("hi", hi)):
+            idx = ", ".join(map(str, mask))
+            shuffles.append(
+                f"#if defined(__clang__)\n      plait_v16 {name} = __builtin_shufflevector(r[i], r[i + {1 << s}], {idx});\n"
+                f"#else\n      plait_v16 {name} = __builtin_shuffle(r[i], r[i + {1 << s}], (plait_irb_i16){{{idx}}});\n"
+                "#endif\n"
+            )
+        out.append(
+            f"#pragma GCC unroll 8\n    for (int i = 0; i < 8; i++)\n      if (!(i & {1 << s})) {{\n{''.join(shuffles)}"
+            f"        r[i] = lo;\n        r[i + {1 << s}] = hi;\n      }}\n"
+        )
+    return "".join(out)
+
+
+def _write_back() -> str:
+    """plait_irb_out: a projection tile's sums (MR pixels x nv vectors, pixel-major as plait_irb_tile stores them)
+    stored, or added, by channel into rows of C (channel ch's px pixels at dst + ch * ld). Scalar, each channel's
+    pixels are MR reads a tile row apart (7% of the blocks' time at one thread); with AVX-512 the tile is transposed
+    16 channels at a time in registers and each channel's pixels go out as one masked vector."""
+    return f"""static inline void plait_irb_out(int nv, int rows, int px, int add, const float* tile, float* dst, long ld) {{
+#if defined(__AVX512F__)
+  const __mmask16 m = (__mmask16)((1u << px) - 1);
+  for (int v = 0; v < nv; v++) {{
+    plait_v16 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) r[i] = i < {MR} ? *(const plait_v16*)(tile + (i * nv + v) * {VW}) : (plait_v16){{0}};
+{_transpose_stages()}    for (int j = 0; j < 8; j++) {{
+      int ch = v * {VW} + 2 * j;
+      float* d0 = dst + (long)ch * ld;
+      for (int hf = 0; hf < 2 && ch + hf < rows; hf++) {{
+        float* p = d0 + hf * ld - hf * 8; /* lanes 8-15 (channel ch + 1) land at its row from lane 8 */
+        __mmask16 mh = (__mmask16)(m << (8 * hf));
+        __m512 val = (__m512)r[j];
+        if (add) val = _mm512_add_ps(val, _mm512_maskz_loadu_ps(mh, p));
+        _mm512_mask_storeu_ps(p, mh, val);
+      }}
+    }}
+  }}
+#else
+  for (int ch = 0; ch < rows; ch++) {{
+    float* d = dst + (long)ch * ld;
+    if (add)
+      for (int i = 0; i < px; i++) d[i] += tile[i * nv * {VW} + ch];
+    else
+      for (int i = 0; i < px; i++) d[i] = tile[i * nv * {VW} + ch];
+  }}
+#endif
+}}
+"""
+
+
 def library() -> str:
-    """The shared register tiles (one to NV channel vectors) and their dispatch by width."""
+    """The shared register tiles (one to NV channel vectors), their dispatch by width and the projection's
+    transposing write-back."""
     tiles = "".join(_tile(nv) for nv in range(1, NV + 1))
     dispatch = """static inline void plait_irb_tile(int nv, int k, const float* w, long ldw, const float* x, long sxp,
                                   long sxi, float* out) {
@@ -141,7 +212,8 @@ def library() -> str:
   return parts;
 }
 """
-    body = f"//@shared-begin plait_irblock\n{tiles}{dispatch}{prefetch}{parts}//@shared-end\n"
+    head = "#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\ntypedef int plait_irb_i16 __attribute__((vector_size(64)));\n"
+    body = f"//@shared-begin plait_irblock\n{head}{tiles}{dispatch}{_write_back()}{prefetch}{parts}//@shared-end\n"
     return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(body)
 
 
@@ -306,13 +378,7 @@ def render(
               sxi = 1;
             }}
             plait_irb_tile(nv, kc, w2 + (long)(c0 + k0) * {GP}, {GP}, ds, sxp, sxi, tile);
-            for (int ch = 0; ch < rows; ch++) {{
-              float* dst = part + (long)(g * {VW} + ch) * {howo} + obase + q0;
-              if (add)
-                for (int i = 0; i < px; i++) dst[i] += tile[i * nv * {VW} + ch];
-              else
-                for (int i = 0; i < px; i++) dst[i] = tile[i * nv * {VW} + ch];
-            }}
+            plait_irb_out(nv, rows, px, add, tile, part + (long)g * {VW} * {howo} + obase + q0, {howo});
           }}
         }}
       }}
