@@ -225,15 +225,24 @@ def _tile_m(spec: Any, constant_weight: bool) -> int | None:
 
 
 SHALLOW_C = 64  # products over at most this many input channels avoid the 24x1 register tile
+# per-multiply-add cost of each register tile (by rows) in deep products (over more than SHALLOW_C channels) of layers
+# with fewer than TARGET_TILES tiles in all (batch 1's 14x14 and 28x28 planes): one thread, each kernel alone, resnet18
+# b1 on the Zen 5 host, time over padded work (columns x rows of U) against 12x2's: 256 channels 14x14 F(2,3) 24x1
+# 1.34, 8x3 1.00, 6x4 1.08; 128 channels 28x28 F(4,3) 1.32, 0.96, 1.02. The broadcast-bound 24x1 tile was the cheapest
+# on the Sapphire Rapids host, and the 6x4 tile the pick for 256 channels at 14x14 (0.72 against 0.68 ms as 12x2)
+SMALL_BLOCK_COST = {24: 1.33, 12: 1.0, 8: 1.0, 6: 1.05}
 
 
-def _tile_factor(mr: int, c: int, tiles: int) -> float:
+def _tile_factor(mr: int, c: int, tiles: int, layer_tiles: int) -> float:
     """Relative cost per multiply-add of the register tile with `mr` rows in a product over `c` input channels, for a
-    block of `tiles` tile columns. Measured one thread, interleaved: 64 channels F(4,3) 56x56 24x1 -> 8x3 1.65 -> 1.39
-    ms and 224x224 40.7 -> 29.4 ms (6x4); 128 and 256 channels at 112x112 and 56x56 ran 7% slower as 12x2 than as
-    24x1. Over full blocks of deep products the 6- and 8-row tiles lost to 24x1 and 12x2 by 10-20% (alexnet's 13x13
+    block of `tiles` tile columns in a layer of `layer_tiles`. Measured one thread, interleaved: 64 channels F(4,3)
+    56x56 24x1 -> 8x3 1.65 -> 1.39 ms and 224x224 40.7 -> 29.4 ms (6x4); 128 and 256 channels at 112x112 and 56x56
+    ran 7% slower as 12x2 than as 24x1. Over full blocks of deep products the 6- and 8-row tiles lost to 24x1 and 12x2 by 10-20% (alexnet's 13x13
     and resnet's 256-channel 14x14 layers at batch 16: 6x4 59.3, 36.9, 33.8 ms against 24x1 50.5, 29.6, 28.7), while
-    on batch 1's 49-tile blocks 6x4 stayed ahead (2.02 against 2.21 ms)."""
+    on batch 1's 49-tile blocks 6x4 stayed ahead (2.02 against 2.21 ms). Those were a 2-core Sapphire Rapids; on a
+    Zen 5 (1 MB L2) deep products over layers of fewer than TARGET_TILES tiles cost SMALL_BLOCK_COST."""
+    if c > SHALLOW_C and layer_tiles < TARGET_TILES:
+        return SMALL_BLOCK_COST[mr]
     if mr == 24:
         return gemm_c.TILE_COST[(24, 1)] if c <= SHALLOW_C else 1.0
     if mr < 12 and c > SHALLOW_C and tiles >= TARGET_TILES:
@@ -266,7 +275,8 @@ def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
             cols = (blocks - 1) * -(-rpb * tw // nr) * nr + -(-last * tw // nr) * nr
             # padded product work plus U traffic; then the 24-row tile (fewest loads per multiply-add), except over
             # a shallow depth (products over <= SHALLOW_C channels), where it cost 1.2-1.4x the others (docs/benchmarks.md)
-            cost = (cols * kp + (6 * blocks * kp if streamed else 0)) * _tile_factor(mr, c, min(rpb, rows) * tw)
+            factor = _tile_factor(mr, c, min(rpb, rows) * tw, rows * tw)
+            cost = (cols * kp + (6 * blocks * kp if streamed else 0)) * factor
             if best is None or cost < best[0]:
                 best = (cost, mr, nv, rpb)
     assert best is not None

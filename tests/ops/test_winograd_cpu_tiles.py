@@ -48,3 +48,20 @@ def test_register_tile_choice():
     assert plan(64, 64, 56) != (24, 1)
     assert plan(64, 64, 224) != (24, 1)
     assert plan(128, 128, 112) == (24, 1)
+    # batch 1's deep 14x14 and 13x13 layers (49 tiles in all): the 12x2 tile (SMALL_BLOCK_COST), not 6x4 or 24x1
+    assert plan(256, 256, 14) == (12, 2)
+    assert plan(192, 384, 13) == (12, 2)
+
+
+def test_small_deep_layer_matches_torch():
+    """resnet18 b1's 256-channel 14x14 layer as the per-layer choice runs it (F(2,3), 12x2 register tile, 43 -> 22
+    row groups of which the last holds 4 of 12 rows), with its bias and ReLU, against PyTorch."""
+    x = rand((1, 256, 14, 14), low=-1, high=1)
+    wt, b = rand((256, 256, 3, 3), seed=1, low=-1, high=1) * 0.05, rand((256,), seed=2)
+    wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
+    f = plait.jit(lambda t: F.conv2d(t, wp, bp, padding=1).relu(), device="cpu")
+    got = np.asarray(f(x))
+    plan, _ = f.plan_for([x])
+    assert any(kern.name.startswith("WINO2_") for kern in plan.kernels), [kern.name for kern in plan.kernels]
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding=1)
+    assert_close(got, want.relu().numpy(), "float32", "resnet18 layer3 b1", tol_scale=10)
