@@ -24,6 +24,16 @@ KC_MAX = 256
 # run. One-thread CPU time of resnet50's products over k 1024-4608 with 49-196 columns, interleaved: 4-13% less with
 # blocks of 1024 than of 256, 512 x 49 x 4608 another 6-9% less with one block of 4608 (docs/benchmarks.md).
 KC_NARROW, NARROW_COLS = 4608, 128
+# A task's column chunk: at most CPAN_MAX panels of the register tile (8 x 48 columns: 384). 4 and 12 measured no
+# better than 8 on the Zen 5 host (1 MB L2), nor KC_MAX 128, 192 or 384 against 256 (docs/benchmarks.md).
+CPAN_MAX = 8
+# Software prefetches for operands that come from L3 or memory in short runs the hardware prefetcher misses (locality
+# hint, 0 = none): A_AHEAD fetches the next row block of A (weights, read in place) while the current one meets its
+# panels; PACK_AHEAD is how many channels ahead the packing of a 1x1 window's patch columns (a strided downsample)
+# fetches its input rows. resnet50 b1 on the Zen 5 host, one thread, in-plan thread CPU time: the 56x56 stride-2 1x1
+# 1.42 -> 1.07-1.10 ms, 512x784x128 products 0.58 -> 0.56 ms (docs/benchmarks.md, "resnet50's GEMMs on Zen 5").
+A_AHEAD = 3
+PACK_AHEAD = 4
 MERGE_BELOW = 512  # products with fewer columns than this that share A over a batch merge the batch's columns
 FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot products (plait_fringe)
 
@@ -88,7 +98,7 @@ def at_o2(block: str) -> str:
     return f'{head}\n#pragma GCC push_options\n#pragma GCC optimize("O2")\n{body}#pragma GCC pop_options\n{end}{tail}'
 
 
-COMMON = """//@shared-begin plait_gemm_common
+_COMMON_SRC = """//@shared-begin plait_gemm_common
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +202,14 @@ static void plait_pack_win(const float* x, const plait_win* g, int pc, int kc, i
   for (int p = 0; p < kc; p++) {
     const float* xc = x + (long)ci * hw;
     int dy = ky * g->dh - g->ph, dx = kx * g->dw - g->pw;
+    /* a 1x1 window: row p of the patch matrix is channel pc + p; the rows it reads a few channels ahead (stride 2:
+       runs of a few lines, rows apart, which the hardware prefetcher follows too late) */
+    if (@PACK_AHEAD@ && kk == 1 && p + @PACK_AHEAD@ < kc)
+      for (int e = 0; e < nseg; e++) {
+        if (soy[e] < 0) continue;
+        const float* r = xc + @PACK_AHEAD@ * (long)hw + (long)(soy[e] * g->sh + dy) * g->w + sox[e] * s + dx;
+        for (int q = 0; q < slen[e] * s; q += 16) __builtin_prefetch(r + q);
+      }
     for (int e = 0; e < nseg; e++) {
       float* d = bp + sdst[e] + (long)p * nr;
       int run = slen[e], iy = soy[e] * g->sh + dy;
@@ -254,6 +272,15 @@ static void plait_pack(const float* b, long sbb, long sbi, long inner, long imag
 }
 //@shared-end
 """
+
+
+def common() -> str:
+    """The packing library with PACK_AHEAD substituted (COMMON is this at import; benchmarks re-render it after
+    changing the constant)."""
+    return _COMMON_SRC.replace("@PACK_AHEAD@", str(PACK_AHEAD))
+
+
+COMMON = common()
 
 
 # Columns past the last whole panel of the register tile, when there are a few (a 7x7 or 14x14 plane at batch 1: 49 =
@@ -484,7 +511,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   long cols = images ? batch * n : n, nb = images ? 1 : batch;
   long panels = (cols + {nr - 1}) / {nr};
   int blocks = (m + {mr - 1}) / {mr};
-  long want = 4L * omp_get_num_threads(), cpan = panels < 8 ? panels : 8;
+  long want = 4L * omp_get_num_threads(), cpan = panels < {CPAN_MAX} ? panels : {CPAN_MAX};
   /* more column tasks (down to 2 panels each) before rows split: split rows share one packing of all of B, which
      leaves L2 when B is large */
   while (cpan > 2 && nb * ((panels + cpan - 1) / cpan) < want) cpan--;
@@ -568,6 +595,11 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
           int mr = i1 - ii < {mr} ? i1 - ii : {mr};
           const float* at = ii < packed_to ? a + (long)ii * sam + pc : ap + (long)(ii - packed_to) * kc;
           long lda = ii < packed_to ? sam : kc;
+          /* the next row block of A (not a long-k block of a narrow product: its rows are long runs, which the
+             hardware prefetcher follows) */
+          if ({A_AHEAD} && kc <= {KC_MAX} && ii + {mr} < packed_to)
+            for (int i = 0; i < {mr}; i++)
+              for (int p = 0; p < kc; p += 16) __builtin_prefetch(at + ({mr} + i) * sam + p, 0, {A_AHEAD});
           for (long jj = j0; jj < jend; jj += {nr}) {{
             int nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
             const float* panel = bp + (jj - j0) * kc;

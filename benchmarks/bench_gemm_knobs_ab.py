@@ -1,0 +1,132 @@
+"""A/B of the cpu GEMM's blocking constants (plait/codegen/gemm_c.py: KC_MAX, CPAN_MAX, KC_NARROW, NARROW_COLS,
+TILE_COST, ...) on a benchmark CNN's twin, every variant a whole plan built in one process.
+
+Each `--variant` is a list of NAME=VALUE patches to gemm_c's module constants (integers, or TILE_COST as
+MRxNV:cost pairs), applied while its plan is rendered; plan "base" is the code as it is. The outputs are checked
+against the base plan's, then the plans' kernels take turns kernel by kernel (`kernel_times`) and the GEMM
+library's kernels (GEMM, CONV, S2CONV, ...) are summed per kind. One thread: fewest thread CPU ms, which other jobs
+on a shared machine barely move. Finds which blocking suits the machine it runs on (cache sizes differ by host):
+
+    OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_gemm_knobs_ab.py resnet50 \
+        --variant KC_MAX=128 --variant KC_MAX=384 --variant CPAN_MAX=4
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("PLAIT_NUM_THREADS", "1")
+
+import numpy as np
+
+from plait.codegen import gemm_c
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_onnx import MODELS, twin
+
+
+def parse(variant: str) -> dict[str, Any]:
+    """'KC_MAX=128,TILE_COST=8x3:1.02/6x4:1.0' -> the patches it names."""
+    out: dict[str, Any] = {}
+    for item in filter(None, variant.split(",")):
+        name, _, value = item.partition("=")
+        if not hasattr(gemm_c, name):
+            raise SystemExit(f"gemm_c has no {name}")
+        if name == "TILE_COST":
+            cost = dict(gemm_c.TILE_COST)
+            for pair in value.split("/"):
+                t, _, c = pair.partition(":")
+                mr, nv = (int(v) for v in t.split("x"))
+                cost[(mr, nv)] = float(c)
+            out[name] = cost
+        else:
+            out[name] = int(value)
+    return out
+
+
+def build(model: str, x: np.ndarray, patches: dict[str, Any]) -> tuple[Any, np.ndarray]:
+    """(plan, output) of the twin rendered with gemm_c's constants patched."""
+    saved = {name: getattr(gemm_c, name) for name in patches}
+    saved["COMMON"] = gemm_c.COMMON
+    for name, value in patches.items():
+        setattr(gemm_c, name, value)
+    gemm_c.COMMON = gemm_c.common()  # the packing library's constants are substituted at import
+    try:
+        f = twin(model, "cpu")
+        y = np.asarray(f(x))
+        return f.plan_for([x])[0], y
+    finally:
+        for name, value in saved.items():
+            setattr(gemm_c, name, value)
+
+
+def kernel_times(plans: dict[str, Any], repeats: int, only: tuple[str, ...]) -> dict[str, list[tuple[float, str]]]:
+    """Per plan: (fewest thread CPU seconds of `repeats` launches, kernel name) per kernel. The plans take turns
+    kernel by kernel, and each timed launch follows an untimed launch of the same plan's previous kernel, as in a
+    replay: taking turns alone left the plans that happened to run twice in a row (the first and last of the list,
+    the order alternating) with their inputs in cache, 15% faster on some kernels whatever their constants. With
+    `only`, just the kernels of those kinds are timed."""
+    best = {label: [float("inf")] * len(p.launches) for label, p in plans.items()}
+    labels = list(plans)
+    kernels = plans[labels[0]].kernels
+    timed = [i for i, k in enumerate(kernels) if not only or k.name.split("_")[0] in only]
+    for r in range(repeats):
+        for i in timed:
+            for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+                launches = plans[label].launches
+                if i:
+                    launches[i - 1]()
+                t0 = time.thread_time()
+                launches[i]()
+                best[label][i] = min(best[label][i], time.thread_time() - t0)
+    return {label: [(t, k.name) for t, k in zip(best[label], p.kernels, strict=True)] for label, p in plans.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", choices=MODELS)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--variant", action="append", default=[], help="NAME=VALUE[,NAME=VALUE...] patches of gemm_c")
+    ap.add_argument("--repeats", type=int, default=10, help="launches of each kernel; the fewest thread CPU ms count")
+    ap.add_argument("--only", default="", help="time only kernels of these kinds, e.g. GEMM,CONV")
+    ap.add_argument("--show", type=float, default=3.0, help="list kernels whose best variant differs by this %%")
+    args = ap.parse_args()
+    with open("/proc/stat") as fh:
+        steal0 = int(fh.readline().split()[8])
+    print(f"{args.model} b{args.batch}, load {os.getloadavg()}")
+    x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
+    plans: dict[str, Any] = {}
+    base, y0 = build(args.model, x, {})
+    plans["base"] = base
+    for v in args.variant:
+        plan, y = build(args.model, x, parse(v))
+        np.testing.assert_allclose(y, y0, rtol=1e-4, atol=1e-4)
+        plans[v] = plan
+    per = kernel_times(plans, args.repeats, tuple(filter(None, args.only.split(","))))
+    kinds: dict[str, collections.Counter[str]] = {label: collections.Counter() for label in plans}
+    for label, rows in per.items():
+        for t, name in rows:
+            kinds[label][name.split("_")[0]] += t * 1e3
+    for kind in [k for k in kinds["base"] if kinds["base"][k] < float("inf")]:
+        cells = ", ".join(f"{label} {kinds[label][kind]:.2f}" for label in plans)
+        print(f"  {kind} (fewest thread CPU ms): {cells}")
+    totals = ", ".join(f"{label} {sum(t for t in kinds[label].values() if t < float('inf')):.2f}" for label in plans)
+    print(f"  all timed kernels: {totals}")
+    for i, (t0, name) in enumerate(per["base"]):
+        ts = {label: per[label][i][0] for label in plans}
+        if max(abs(t / t0 - 1) for t in ts.values()) * 100 >= args.show:
+            print(f"  {name}: " + ", ".join(f"{label} {t * 1e3:.3f}" for label, t in ts.items()))
+    with open("/proc/stat") as fh:
+        steal1 = int(fh.readline().split()[8])
+    print(f"steal ticks {steal1 - steal0}, load at the end {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
