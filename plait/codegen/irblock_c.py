@@ -326,34 +326,39 @@ def render(
           }}
         }}
       }}
-      /* depthwise 3x3 over the bordered strip, then its epilogue; meanwhile this chunk's rows of the projection's
-         panels are prefetched into L2, a share per output row */
-      for (int oy = oy0; oy < oy1; oy++) {{
-        for (int pn = 0; pn < {-(-p.m2 // GP)}; pn++) {{
-          long n2 = (long)cc * {lines}, sh = (n2 + oy1 - oy0 - 1) / (oy1 - oy0), l0 = (oy - oy0) * sh;
-          plait_irb_prefetch(U2 + ((long)pn * c1 + c0) * {GP}, l0, l0 + sh < n2 ? l0 + sh : n2);
-        }}
-        for (int v = 0; v < nvc; v++) {{
-          plait_v16 k9[9];
-          for (int tp = 0; tp < 9; tp++) k9[tp] = *(const plait_v16*)(UD + (long)tp * c1 + c0 + v * {VW});
-          const float* row = e + (long)(oy - oy0) * {p.stride} * {wp} * cc + v * {VW};
+      /* depthwise 3x3 over the bordered strip, a vector of channels at a time down all its rows (a row's three
+         input rows, 3 x {wp} pixels of one vector, stay in L1 for the next output row), each output vector through
+         the epilogue at once; meanwhile this chunk's rows of the projection's panels are prefetched into L2, a share
+         per output row of the first vector */
+      for (int vc = 0; vc < nvc; vc++) {{
+        plait_v16 k9[9];
+        for (int tp = 0; tp < 9; tp++) k9[tp] = *(const plait_v16*)(UD + (long)tp * c1 + c0 + vc * {VW});
+        for (int oy = oy0; oy < oy1; oy++) {{
+          if (vc == 0)
+            for (int pn = 0; pn < {-(-p.m2 // GP)}; pn++) {{
+              long n2 = (long)cc * {lines}, sh = (n2 + oy1 - oy0 - 1) / (oy1 - oy0), l0 = (oy - oy0) * sh;
+              plait_irb_prefetch(U2 + ((long)pn * c1 + c0) * {GP}, l0, l0 + sh < n2 ? l0 + sh : n2);
+            }}
+          const float* row = e + (long)(oy - oy0) * {p.stride} * {wp} * cc + vc * {VW};
           for (int ox = 0; ox < wo; ox++) {{
             const float* t0 = row + (long)ox * {p.stride} * cc;
-            plait_v16 acc = (plait_v16){{0}};
+            plait_v16 a3[3];
 #pragma GCC unroll 3
-            for (int dy = 0; dy < 3; dy++)
-#pragma GCC unroll 3
-              for (int dx = 0; dx < 3; dx++) acc += *(const plait_v16*)(t0 + ((long)dy * {wp} + dx) * cc) * k9[dy * 3 + dx];
-            *(plait_v16*)(d + ((long)(oy - oy0) * wo + ox) * cc + v * {VW}) = acc;
-          }}
-        }}
-        for (int ox = 0; ox < wo; ox++) {{
-          int o = oy * wo + ox;
-          float* dp = d + (long)(o - obase) * cc;
+            for (int dy = 0; dy < 3; dy++) {{ /* a sum per window row: chains of three FMAs, not one of nine */
+              const float* t = t0 + (long)dy * {wp} * cc;
+              a3[dy] = *(const plait_v16*)t * k9[dy * 3];
+#pragma GCC unroll 2
+              for (int dx = 1; dx < 3; dx++) a3[dy] += *(const plait_v16*)(t + (long)dx * cc) * k9[dy * 3 + dx];
+            }}
+            plait_v16 acc = a3[0] + a3[1] + a3[2];
+            int o = oy * wo + ox;
+            float* dp = d + (long)(o - obase) * cc;
+            *(plait_v16*)(dp + vc * {VW}) = acc;
 #pragma omp simd
-          for (int j = 0; j < cc; j++) {{
-            float v = dp[j];
-{s2}            dp[j] = {r2};
+            for (int j = vc * {VW}; j < (vc + 1) * {VW}; j++) {{
+              float v = dp[j];
+{s2}              dp[j] = {r2};
+            }}
           }}
         }}
       }}
