@@ -1,5 +1,7 @@
-"""A/B of winograd_c.pick's cost model on a benchmark CNN's twin at two threads (--threads): the plan built with the module's
-constants as they are (B) against the plan built with some of them changed (A, --old NAME=VALUE ...), in one process.
+"""A/B of the cpu kernels' constants (winograd_c.pick's cost model by default; any plait.codegen module's as
+MODULE.NAME) on a benchmark CNN's twin at two threads (--threads): the plan built with the constants as they are (B)
+against the plan built with some of them changed (A, --old NAME=VALUE ...) or with winograd_c.py as it was at a git
+revision (--a-rev REV), in one process.
 Per kernel that differs between the plans, each is launched alone on the two-thread team (a warm-up launch, then a
 timed one; the variants take turns), and whole team replays of both plans alternate; medians of each. Run it with
 OMP_WAIT_POLICY=ACTIVE (a lone launch then does not pay for waking the sleeping thread) and --fifo on a shared
@@ -15,8 +17,12 @@ from __future__ import annotations
 import argparse
 import ast
 import ctypes
+import importlib
+import importlib.util
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, twin
 from bench_team_barrier import scheduling
 
+import plait.graph.ops.winograd as winograd_ops
+import plait.schedule.plan as plan_module
+import plait.schedule.scheduler as scheduler
 from plait.codegen import winograd_c
 
 
@@ -37,18 +46,52 @@ def steal() -> tuple[int, int]:
     return v[7], sum(v[:8])
 
 
-def build(model: str, x: np.ndarray, changes: dict[str, Any]) -> Any:
-    """The twin's plan for `x` with winograd_c's constants `changes` set while it is built (then restored)."""
-    saved = {k: getattr(winograd_c, k) for k in changes}
+def _owner(name: str) -> tuple[Any, str]:
+    """The module and attribute of constant `name`: winograd_c's NAME, or MODULE.NAME of another plait.codegen module
+    (stem_pool_c.POOL_ROWS, conv_s2_c.TPT)."""
+    if "." not in name:
+        return winograd_c, name
+    mod, attr = name.rsplit(".", 1)
+    return importlib.import_module(f"plait.codegen.{mod}"), attr
+
+
+def winograd_c_at(rev: str) -> Any:
+    """plait/codegen/winograd_c.py as it was at git revision `rev`, loaded as a module of its own."""
+    root = Path(__file__).resolve().parent.parent
+    src = subprocess.run(
+        ["git", "show", f"{rev}:plait/codegen/winograd_c.py"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "winograd_c_old.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("winograd_c_old", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# the modules that pick, render and transform with winograd_c: plan A's build points them at another revision's
+USERS = (scheduler, plan_module, winograd_ops)
+
+
+def build(model: str, x: np.ndarray, changes: dict[str, Any], module: Any = winograd_c) -> Any:
+    """The twin's plan for `x` with the constants `changes` set and Winograd convolutions picked and rendered by
+    `module` while it is built (then restored)."""
+    saved = {k: getattr(*_owner(k)) for k in changes}
     for k, v in changes.items():
-        setattr(winograd_c, k, v)
+        setattr(*_owner(k), v)
+    for user in USERS:
+        user.winograd_c = module  # type: ignore[attr-defined]
     try:
         f = twin(model, "cpu")
         plan, _ = f.plan_for([x])
         f(x)
     finally:
+        for user in USERS:
+            user.winograd_c = winograd_c  # type: ignore[attr-defined]
         for k, v in saved.items():
-            setattr(winograd_c, k, v)
+            setattr(*_owner(k), v)
     return plan
 
 
@@ -56,7 +99,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", choices=MODELS)
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--old", nargs="+", required=True, help="winograd_c constants of plan A, NAME=Python literal")
+    ap.add_argument(
+        "--old",
+        nargs="+",
+        default=[],
+        help="constants of plan A: NAME=literal (winograd_c's) or MODULE.NAME=literal (plait.codegen.MODULE's)",
+    )
+    ap.add_argument("--a-rev", default="", help="plan A's Winograd kernels by winograd_c.py at this git revision")
     ap.add_argument("--repeats", type=int, default=41, help="launches per differing kernel and variant")
     ap.add_argument("--replays", type=int, default=201, help="team replays per plan")
     ap.add_argument("--threads", type=int, default=2, help="the team's threads (PLAIT_NUM_THREADS the same)")
@@ -66,7 +115,8 @@ def main() -> None:
     gomp.omp_set_num_threads(args.threads)
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     changes = {k: ast.literal_eval(v) for k, v in (a.split("=", 1) for a in args.old)}
-    plans = [build(args.model, x, changes), build(args.model, x, {})]
+    old = winograd_c_at(args.a_rev) if args.a_rev else winograd_c
+    plans = [build(args.model, x, changes, old), build(args.model, x, {})]
     names = [[k.name for k in p.kernels] for p in plans]
     assert len(names[0]) == len(names[1]), "the variants' plans have different kernel counts"
     differ = [i for i, (a, b) in enumerate(zip(*names, strict=True)) if a != b]
@@ -93,7 +143,7 @@ def main() -> None:
     s1 = steal()
     share = (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
     print(
-        f"{args.model} b{args.batch}, {args.threads} threads: A = {' '.join(args.old)}, B = as committed; load {l0:.2f} -> "
+        f"{args.model} b{args.batch}, {args.threads} threads: A = {' '.join(args.old)} {args.a_rev}, B = as it is; load {l0:.2f} -> "
         f"{os.getloadavg()[0]:.2f}, steal {100 * share:.1f}% of the run"
     )
     total = [0.0, 0.0]
