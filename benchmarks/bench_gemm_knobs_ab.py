@@ -5,7 +5,8 @@ Each `--variant` is a list of NAME=VALUE patches to gemm_c's module constants (i
 MRxNV:cost pairs), applied while its plan is rendered; plan "base" is the code as it is. The outputs are checked
 against the base plan's, then the plans' kernels take turns kernel by kernel (`kernel_times`) and the GEMM
 library's kernels (GEMM, CONV, S2CONV, ...) are summed per kind. One thread: fewest thread CPU ms, which other jobs
-on a shared machine barely move. Finds which blocking suits the machine it runs on (cache sizes differ by host):
+on a shared machine barely move; more threads (PLAIT_NUM_THREADS): median wall ms, best with --fifo
+(OMP_WAIT_POLICY=ACTIVE, so a lone launch does not wake a sleeping thread). Finds which blocking suits the machine it runs on (cache sizes differ by host):
 
     OMP_NUM_THREADS=1 PLAIT_NUM_THREADS=1 .venv/bin/python benchmarks/bench_gemm_knobs_ab.py resnet50 \
         --variant KC_MAX=128 --variant KC_MAX=384 --variant CPAN_MAX=4
@@ -26,19 +27,24 @@ os.environ.setdefault("PLAIT_NUM_THREADS", "1")
 
 import numpy as np
 
-from plait.codegen import gemm_c
+from plait.codegen import gemm_c, pointwise_c
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, twin
+from bench_team_barrier import scheduling
+
+MODULES = {"gemm_c": gemm_c, "pointwise_c": pointwise_c}
 
 
 def parse(variant: str) -> dict[str, Any]:
-    """'KC_MAX=128,TILE_COST=8x3:1.02/6x4:1.0' -> the patches it names."""
+    """'KC_MAX=128,TILE_COST=8x3:1.02/6x4:1.0,pointwise_c.LANES_MAX_K=511' -> the patches it names (gemm_c's
+    constants unless a module is named)."""
     out: dict[str, Any] = {}
     for item in filter(None, variant.split(",")):
         name, _, value = item.partition("=")
-        if not hasattr(gemm_c, name):
-            raise SystemExit(f"gemm_c has no {name}")
+        mod, _, attr = name.rpartition(".")
+        if not hasattr(MODULES[mod or "gemm_c"], attr):
+            raise SystemExit(f"no {name}")
         if name == "TILE_COST":
             cost = dict(gemm_c.TILE_COST)
             for pair in value.split("/"):
@@ -52,11 +58,16 @@ def parse(variant: str) -> dict[str, Any]:
 
 
 def build(model: str, x: np.ndarray, patches: dict[str, Any]) -> tuple[Any, np.ndarray]:
-    """(plan, output) of the twin rendered with gemm_c's constants patched."""
-    saved = {name: getattr(gemm_c, name) for name in patches}
+    """(plan, output) of the twin rendered with the codegen constants patched."""
+
+    def target(name: str) -> tuple[Any, str]:
+        mod, _, attr = name.rpartition(".")
+        return MODULES[mod or "gemm_c"], attr
+
+    saved = {name: getattr(*target(name)) for name in patches}
     saved["COMMON"] = gemm_c.COMMON
     for name, value in patches.items():
-        setattr(gemm_c, name, value)
+        setattr(*target(name), value)
     gemm_c.COMMON = gemm_c.common()  # the packing library's constants are substituted at import
     try:
         f = twin(model, "cpu")
@@ -64,16 +75,19 @@ def build(model: str, x: np.ndarray, patches: dict[str, Any]) -> tuple[Any, np.n
         return f.plan_for([x])[0], y
     finally:
         for name, value in saved.items():
-            setattr(gemm_c, name, value)
+            setattr(*target(name), value)
 
 
 def kernel_times(plans: dict[str, Any], repeats: int, only: tuple[str, ...]) -> dict[str, list[tuple[float, str]]]:
-    """Per plan: (fewest thread CPU seconds of `repeats` launches, kernel name) per kernel. The plans take turns
+    """Per plan: (fewest thread CPU seconds of `repeats` launches, kernel name) per kernel; with more than one thread,
+    median wall seconds. The plans take turns
     kernel by kernel, and each timed launch follows an untimed launch of the same plan's previous kernel, as in a
     replay: taking turns alone left the plans that happened to run twice in a row (the first and last of the list,
     the order alternating) with their inputs in cache, 15% faster on some kernels whatever their constants. With
     `only`, just the kernels of those kinds are timed."""
-    best = {label: [float("inf")] * len(p.launches) for label, p in plans.items()}
+    wall = int(os.environ["PLAIT_NUM_THREADS"]) > 1
+    clock = time.perf_counter if wall else time.thread_time
+    got: dict[str, list[list[float]]] = {label: [[] for _ in p.launches] for label, p in plans.items()}
     labels = list(plans)
     kernels = plans[labels[0]].kernels
     timed = [i for i, k in enumerate(kernels) if not only or k.name.split("_")[0] in only]
@@ -83,10 +97,13 @@ def kernel_times(plans: dict[str, Any], repeats: int, only: tuple[str, ...]) -> 
                 launches = plans[label].launches
                 if i:
                     launches[i - 1]()
-                t0 = time.thread_time()
+                t0 = clock()
                 launches[i]()
-                best[label][i] = min(best[label][i], time.thread_time() - t0)
-    return {label: [(t, k.name) for t, k in zip(best[label], p.kernels, strict=True)] for label, p in plans.items()}
+                got[label][i].append(clock() - t0)
+    pick = (lambda v: float(np.median(v)) if v else float("inf")) if wall else (lambda v: min(v, default=float("inf")))
+    return {
+        label: [(pick(t), k.name) for t, k in zip(got[label], p.kernels, strict=True)] for label, p in plans.items()
+    }
 
 
 def main() -> None:
@@ -96,6 +113,7 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], help="NAME=VALUE[,NAME=VALUE...] patches of gemm_c")
     ap.add_argument("--repeats", type=int, default=10, help="launches of each kernel; the fewest thread CPU ms count")
     ap.add_argument("--only", default="", help="time only kernels of these kinds, e.g. GEMM,CONV")
+    ap.add_argument("--fifo", action="store_true", help="SCHED_FIFO priority 1 for every thread while timing (root)")
     ap.add_argument("--show", type=float, default=3.0, help="list kernels whose best variant differs by this %%")
     args = ap.parse_args()
     with open("/proc/stat") as fh:
@@ -109,14 +127,21 @@ def main() -> None:
         plan, y = build(args.model, x, parse(v))
         np.testing.assert_allclose(y, y0, rtol=1e-4, atol=1e-4)
         plans[v] = plan
-    per = kernel_times(plans, args.repeats, tuple(filter(None, args.only.split(","))))
+    if args.fifo:
+        scheduling(os.SCHED_FIFO, 1)
+    try:
+        per = kernel_times(plans, args.repeats, tuple(filter(None, args.only.split(","))))
+    finally:
+        if args.fifo:
+            scheduling(os.SCHED_OTHER, 0)
+    stat = "median wall" if int(os.environ["PLAIT_NUM_THREADS"]) > 1 else "fewest thread CPU"
     kinds: dict[str, collections.Counter[str]] = {label: collections.Counter() for label in plans}
     for label, rows in per.items():
         for t, name in rows:
             kinds[label][name.split("_")[0]] += t * 1e3
     for kind in [k for k in kinds["base"] if kinds["base"][k] < float("inf")]:
         cells = ", ".join(f"{label} {kinds[label][kind]:.2f}" for label in plans)
-        print(f"  {kind} (fewest thread CPU ms): {cells}")
+        print(f"  {kind} ({stat} ms): {cells}")
     totals = ", ".join(f"{label} {sum(t for t in kinds[label].values() if t < float('inf')):.2f}" for label in plans)
     print(f"  all timed kernels: {totals}")
     for i, (t0, name) in enumerate(per["base"]):

@@ -34,6 +34,11 @@ CPAN_MAX = 8
 # 1.42 -> 1.07-1.10 ms, 512x784x128 products 0.58 -> 0.56 ms (docs/benchmarks.md, "resnet50's GEMMs on Zen 5").
 A_AHEAD = 3
 PACK_AHEAD = 4
+# A partial last panel of at most TAIL_VECTORS vectors' columns runs on a micro-kernel of its width (reading the same
+# packed panel), not on the whole tile multiplying zero columns: 784 = 16 x 48 + 16 columns (resnet50's 28x28 layers)
+# cost 17 panels' work and split 9 : 8 panels between two threads. Two threads (FIFO, median wall, resnet50 b1 on the
+# Zen 5 host): the 784-column products 3-7% faster, the net's GEMM kernels 7.49 -> 7.29 ms (docs/benchmarks.md).
+TAIL_VECTORS = 1
 MERGE_BELOW = 512  # products with fewer columns than this that share A over a batch merge the batch's columns
 FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot products (plait_fringe)
 
@@ -384,12 +389,15 @@ static void plait_fringe(int R, int kc, const float* a, long lda, const float* f
 """
 
 
-def _micro(mr: int, nv: int) -> str:
+def _micro(mr: int, nv: int, pnv: int = 0) -> str:
     """C[mr x nr] (+)= A[mr x kc] @ Bpanel[kc x nr] with the accumulators in registers; partial tiles (rows or
     columns past the matrix) are computed in full and stored element by element. plait_micro_sc_ scales row i of
-    the product by sc[i] before it is stored (C holding a residual that a batch norm's scale must not touch)."""
+    the product by sc[i] before it is stored (C holding a residual that a batch norm's scale must not touch).
+    With `pnv`, the kernel covers the first nv vectors of a panel pnv vectors wide (a matrix's last, partial panel:
+    plait_micro_{mr}x{nv}of{pnv})."""
     nr = nv * VW
-    t = f"{mr}x{nv}"
+    t = f"{mr}x{nv}" if not pnv else f"{mr}x{nv}of{pnv}"
+    pnr = (pnv or nv) * VW
     return f"""static inline __attribute__((always_inline)) void plait_microx_{t}(int kc, const float* restrict a, long lda,
     const float* restrict bp, float* restrict c, long rs, long cs, int mr, int nr, int add, const float* sc) {{
   plait_v16 acc[{mr}][{nv}];
@@ -400,7 +408,7 @@ def _micro(mr: int, nv: int) -> str:
   for (int p = 0; p < kc; p++) {{
     plait_v16 b[{nv}];
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) b[v] = *(const plait_v16*)(bp + p * {nr} + v * {VW});
+    for (int v = 0; v < {nv}; v++) b[v] = *(const plait_v16*)(bp + p * {pnr} + v * {VW});
 #pragma GCC unroll {mr}
     for (int i = 0; i < {mr}; i++) {{
       float ai = a[i * lda + p];
@@ -604,7 +612,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
             int nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
             const float* panel = bp + (jj - j0) * kc;
             if (images) plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, acc || pc > 0, last, epi, extra, sc);
-            else if (sc) plait_micro_sc_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0, sc + ii);
+{_tail_calls(mr, nv)}            else if (sc) plait_micro_sc_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0, sc + ii);
             else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0);
           }}
           if (fringe)
@@ -1562,9 +1570,25 @@ def direct_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) ->
     )
 
 
+def _tail_calls(mr: int, nv: int) -> str:
+    """Driver branches that run a partial last panel of at most v < nv vectors' columns with the v-vector kernel
+    (TAIL_VECTORS), instead of the whole tile computing zero columns."""
+    out = ""
+    for v in range(1, min(nv, TAIL_VECTORS + 1)):
+        t = f"{mr}x{v}of{nv}"
+        out += (
+            f"            else if (nr <= {v * VW} && sc) plait_micro_sc_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, "
+            f"cs, mr, nr, acc || pc > 0, sc + ii);\n"
+            f"            else if (nr <= {v * VW}) plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, "
+            f"nr, acc || pc > 0);\n"
+        )
+    return out
+
+
 def library(mr: int, nv: int) -> str:
     """The shared C code for one register tile (compiled once per translation unit, whatever the shapes)."""
-    tile = f"//@shared-begin plait_gemm_{mr}x{nv}\n{_micro(mr, nv)}{_driver(mr, nv)}//@shared-end\n"
+    tails = "".join(_micro(mr, v, nv) for v in range(1, min(nv, TAIL_VECTORS + 1)))
+    tile = f"//@shared-begin plait_gemm_{mr}x{nv}\n{_micro(mr, nv)}{tails}{_driver(mr, nv)}//@shared-end\n"
     return at_o2(COMMON) + at_o2(FRINGE) + at_o2(tile)
 
 
