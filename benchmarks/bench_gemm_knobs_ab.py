@@ -19,6 +19,7 @@ import collections
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("PLAIT_NUM_THREADS", "1")
 
 import numpy as np
+import onnxruntime as ort
 
 from plait.codegen import gemm_c, pointwise_c
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_onnx import MODELS, twin
+from bench_onnx import MODELS, export, twin
 from bench_team_barrier import scheduling
 
 MODULES = {"gemm_c": gemm_c, "pointwise_c": pointwise_c}
@@ -106,6 +108,22 @@ def kernel_times(plans: dict[str, Any], repeats: int, only: tuple[str, ...]) -> 
     }
 
 
+def replays(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+    """Seconds of whole runs (wall with more than one thread, else thread CPU), the functions in turn, the order
+    rotating every round; a pause after ONNX Runtime's."""
+    clock = time.perf_counter if int(os.environ["PLAIT_NUM_THREADS"]) > 1 else time.thread_time
+    labels = list(fns)
+    out: dict[str, list[float]] = {label: [] for label in labels}
+    for r in range(rounds):
+        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+            t0 = clock()
+            fns[label]()
+            out[label].append(clock() - t0)
+            if label == "ORT":  # its pool's threads spin on after a run: the next plan would meet them
+                time.sleep(0.05)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", choices=MODELS)
@@ -114,6 +132,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10, help="launches of each kernel; the fewest thread CPU ms count")
     ap.add_argument("--only", default="", help="time only kernels of these kinds, e.g. GEMM,CONV")
     ap.add_argument("--fifo", action="store_true", help="SCHED_FIFO priority 1 for every thread while timing (root)")
+    ap.add_argument("--replays", type=int, default=0, help="then this many whole replays of each plan, in turn")
+    ap.add_argument("--ort", action="store_true", help="ONNX Runtime's run of the exported net takes turns too")
     ap.add_argument("--show", type=float, default=3.0, help="list kernels whose best variant differs by this %%")
     args = ap.parse_args()
     with open("/proc/stat") as fh:
@@ -127,10 +147,19 @@ def main() -> None:
         plan, y = build(args.model, x, parse(v))
         np.testing.assert_allclose(y, y0, rtol=1e-4, atol=1e-4)
         plans[v] = plan
+    fns: dict[str, Callable[[], Any]] = {label: plan.run for label, plan in plans.items()}
+    if args.ort:
+        threads = int(os.environ["PLAIT_NUM_THREADS"])
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+        sess = ort.InferenceSession(export(args.model), opts, providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], y0, rtol=1e-3, atol=1e-3)
+        fns["ORT"] = lambda: sess.run(None, {"x": x})
     if args.fifo:
         scheduling(os.SCHED_FIFO, 1)
     try:
         per = kernel_times(plans, args.repeats, tuple(filter(None, args.only.split(","))))
+        runs = replays(fns, args.replays)
     finally:
         if args.fifo:
             scheduling(os.SCHED_OTHER, 0)
@@ -148,6 +177,17 @@ def main() -> None:
         ts = {label: per[label][i][0] for label in plans}
         if max(abs(t / t0 - 1) for t in ts.values()) * 100 >= args.show:
             print(f"  {name}: " + ", ".join(f"{label} {t * 1e3:.3f}" for label, t in ts.items()))
+    if args.replays:
+        pick = np.median if int(os.environ["PLAIT_NUM_THREADS"]) > 1 else np.min
+        base = np.array(runs["base"])
+        cells = ", ".join(
+            f"{label} {float(pick(v)) * 1e3:.2f} ({float(np.median(np.array(v) / base)):.3f})"
+            for label, v in runs.items()
+        )
+        print(
+            f"  whole replays ({'median wall' if pick is np.median else 'fewest thread CPU'} ms, median ratio to base "
+            f"per round): {cells}"
+        )
     with open("/proc/stat") as fh:
         steal1 = int(fh.readline().split()[8])
     print(f"steal ticks {steal1 - steal0}, load at the end {os.getloadavg()}")
