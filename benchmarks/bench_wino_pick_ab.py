@@ -109,6 +109,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=41, help="launches per differing kernel and variant")
     ap.add_argument("--replays", type=int, default=201, help="team replays per plan")
     ap.add_argument("--threads", type=int, default=2, help="the team's threads (PLAIT_NUM_THREADS the same)")
+    ap.add_argument("--pause", type=float, default=0.0, help="seconds of sleep before each timed replay")
     ap.add_argument("--fifo", action="store_true", help="SCHED_FIFO priority 1 for every thread while timing (root)")
     args = ap.parse_args()
     gomp = ctypes.CDLL("libgomp.so.1")
@@ -135,6 +136,8 @@ def main() -> None:
     replays: list[list[float]] = [[], []]
     for r in range(args.replays):
         for v in (0, 1) if r % 2 == 0 else (1, 0):
+            if args.pause:
+                time.sleep(args.pause)
             t0 = time.perf_counter()
             plans[v].run()
             replays[v].append(time.perf_counter() - t0)

@@ -7,8 +7,9 @@ likewise. Here the stems' lanes form (plait/codegen/gemm_c.py: `plait_dc_band`, 
 epilogue there (per-channel operands only: bias, folded batch norm, ReLU), and the pool takes its maxima over
 whole 16-channel vectors of those tiles while they are in cache (first along the row, then across the window's
 rows); only the pooled rows are transposed and stored.
-Tasks are bands of up to POOL_ROWS pooled rows of one image (band_rows balances two threads); a thread keeps the
-conv rows its previous band computed, so the rows two bands share are computed once per thread, not once per band.
+Tasks are bands of up to POOL_ROWS pooled rows of one image (band_rows balances two threads; SCHEDULE hands them
+out); a thread keeps the conv rows its previous band computed, so the rows two bands share are computed once per
+thread, not once per band.
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ from plait.codegen.pool_c import PoolGeometry
 
 POOL_ROWS = 4  # most pooled rows per task (resnet b1: 14 tasks, so both threads get 7)
 THREADS = 2  # the cpu target's threads (issue 8), whose rows band_rows balances
+# the bands' OpenMP schedule. The stem is a replay's first step and waits at no barrier, but after an idle pause the
+# team's second thread (asleep, OMP_WAIT_POLICY=PASSIVE) joins it 0.8-1.4 ms late on the Zen 5 KVM guest: under a
+# static split the first thread then waited 0.9 ms at the next step's barrier; guided chunks (half the bands, then
+# half the rest...) let it take the bands the other has not reached, and stay contiguous when both start together.
+# resnet18 b1 two threads, a 0.2 s sleep before each replay: 12.80 -> 11.42, 10.44 -> 10.36, 10.18 -> 9.57 ms; alexnet
+# 9.10 -> 8.61; back to back 7.32 -> 7.32 and 6.45 -> 6.43; resnet18 b16 97.13 -> 97.08 (medians, one process)
+SCHEDULE = "guided"
 
 
 def band_rows(batch: int, rows: int) -> int:
@@ -197,7 +205,7 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
   long have_bz = -1;
   int have_lo = 0, have_hi = 0; /* the slots hold conv rows [have_lo, have_hi) of image have_bz */
   plait_dc_offsets(g, k, R, T, koff);
-#pragma omp for schedule(static) nowait
+#pragma omp for schedule(@SCHED@) nowait
   for (long task = 0; task < batch * bands; task++) {
     long bz = task / bands;
     int py0 = (int)(task % bands) * PB, prows = pg->oh - py0 < PB ? pg->oh - py0 : PB;
@@ -264,7 +272,7 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
 def library(cv: int, px: int) -> str:
     """The shared C code of the fused stem and pool for a cv x px register tile."""
     body = DRIVER.replace("@CV@", str(cv)).replace("@PX@", str(px))
-    body = body.replace("@KCB@", str(gemm_c.DIRECT_LANES_KC_BYTES))
+    body = body.replace("@KCB@", str(gemm_c.DIRECT_LANES_KC_BYTES)).replace("@SCHED@", SCHEDULE)
     base = gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(gemm_c.DIRECT_BAND)
     return base + gemm_c.lanes_blocks(cv, px) + gemm_c.at_o2(body)
 

@@ -4,6 +4,8 @@ Checked against PyTorch on alexnet's and resnet's stems (small planes), pool win
 plane's edges, ceil mode, odd sizes, dilation, batch 2, a folded batch norm's negative scales before the ReLU, weights
 as plan inputs, and the cases that keep two kernels (the stem's output also read elsewhere, a per-pixel epilogue)."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -133,3 +135,20 @@ def test_stem_pool_nan_and_infinity():
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).any()
     finite = np.isfinite(want)
     assert_close(got[finite], want[finite], "float32", "stem + pool around a NaN", tol_scale=10)
+
+
+def test_stem_pool_same_bits_whichever_thread_takes_a_band():
+    """The bands go out in guided chunks (stem_pool_c.SCHEDULE), so which thread computes which band, and so which
+    conv rows a thread keeps from its previous band or computes again, changes from call to call (a pause before a
+    call lets the main thread start alone): every call gives the same bits, and torch's result."""
+    x = rand((2, 3, 45, 37), low=-1, high=1)
+    wt, b = rand((64, 3, 7, 7), seed=1, low=-1, high=1) * 0.2, rand((64,), seed=2)
+    wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
+    f = plait.jit(lambda t: F.max_pool2d(F.conv2d(t, wp, bp, stride=2, padding=3).relu(), 3, 2, 1), device="cpu")
+    first = np.asarray(f(x)).copy()
+    assert _fused(f, x)
+    for i in range(6):
+        time.sleep(0.02 * (i % 3))
+        np.testing.assert_array_equal(np.asarray(f(x)), first)
+    y = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), 2, 3).relu()
+    assert_close(first, torch.nn.functional.max_pool2d(y, 3, 2, 1).numpy(), "float32", "stem + pool, guided", 10)
