@@ -32,6 +32,13 @@ REGISTRY: dict[str, Setting] = {
         Setting("PLAIT_CC", str, "", "C compiler for the cpu device; empty: cc, gcc or clang, whichever exists"),
         Setting("PLAIT_NUM_THREADS", int, 0, "threads for the cpu device; 0: all cores"),
         Setting(
+            "PLAIT_PIN_THREADS",
+            int,
+            1,
+            "1: a cpu team's worker threads each keep a CPU of their own (the calling thread is never pinned; teams"
+            " larger than the allowed CPUs are not pinned); 0: leave thread placement to the OS scheduler",
+        ),
+        Setting(
             "PLAIT_WINOGRAD",
             str,
             "auto",

@@ -37,7 +37,7 @@ typedef struct {
   size_t cap;
   long spin;
   int lock, count, gen, sleepers;
-  int where[PLAIT_TEAM_WHERE];
+  int* where;
 } plait_team_cell;
 static inline void plait_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -51,37 +51,43 @@ static long plait_now_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec * 1000000000L + t.tv_nsec;
 }
-/* Keeps a woken team thread off the CPUs its teammates run on. A KVM guest's scheduler treats a vCPU that idled
-   long enough for the host to deschedule it as busy, so a thread woken after a pause (a team's first region after
-   0.2 s of sleep, a barrier's futex) lands beside the thread that woke it and the two share one CPU for milliseconds
-   while the other idles: resnet18 at batch 1 took 17-21 ms a call after a pause against 9.5 back to back (measured
-   on a 2-vCPU KVM guest). Thread t records its CPU in where[t]; when it shares one with a teammate (slots below
-   `upto`), it moves itself to an allowed CPU none of them uses (pinned for the move, its own mask restored at once, so
-   the scheduler can still balance it later). Only waking threads check, with one getcpu call. */
+/* A team's threads on CPUs of their own (see plait/runtime/cpu_team.py TEAM_RUNNER): where[t] is the CPU thread t
+   runs on (the caller's at the call, a worker's pinned CPU). A thread woken from a barrier's futex that finds itself
+   on a teammate's CPU moves to an allowed CPU none of them holds; a worker stays pinned there, the calling thread
+   gets its own mask back. */
+static int plait_team_free_cpu(const int* where, int t, int upto, unsigned from, const unsigned long* mask, long bytes) {
+  for (long k = 1; k <= bytes * 8; k++) {
+    unsigned cand = (unsigned)((from + k) % (bytes * 8));
+    if (!(mask[cand / 64] >> (cand % 64) & 1)) continue;
+    int taken = 0;
+    for (int j = 0; j < upto; j++) taken |= j != t && __atomic_load_n(&where[j], __ATOMIC_RELAXED) == (int)cand;
+    if (!taken) return (int)cand;
+  }
+  return -1;
+}
+static int plait_team_pin(int tid, int cpu) {
+#ifdef __linux__
+  unsigned long one[16] = {0};
+  one[cpu / 64] = 1UL << (cpu % 64);
+  return (int)syscall(SYS_sched_setaffinity, tid, sizeof one, one);
+#else
+  return -1;
+#endif
+}
 static void plait_team_spread(plait_team_cell* c, int t, int upto) {
 #ifdef __linux__
   unsigned cpu = 0;
-  if (t >= PLAIT_TEAM_WHERE || syscall(SYS_getcpu, &cpu, 0, 0)) return;
+  if (!c->where || t >= PLAIT_TEAM_WHERE || syscall(SYS_getcpu, &cpu, 0, 0)) return;
   if (upto > PLAIT_TEAM_WHERE) upto = PLAIT_TEAM_WHERE;
   int clash = 0;
   for (int j = 0; j < upto; j++) clash |= j != t && __atomic_load_n(&c->where[j], __ATOMIC_RELAXED) == (int)cpu;
-  unsigned long mask[16], one[16];
-  long got = clash ? syscall(SYS_sched_getaffinity, 0, sizeof mask, mask) : 0;
-  for (long k = 1; got > 0 && k < got * 8; k++) {
-    unsigned cand = (unsigned)((cpu + k) % (got * 8));
-    if (!(mask[cand / 64] >> (cand % 64) & 1)) continue;
-    int taken = 0;
-    for (int j = 0; j < upto; j++) taken |= j != t && __atomic_load_n(&c->where[j], __ATOMIC_RELAXED) == (int)cand;
-    if (taken) continue;
-    for (int w = 0; w < 16; w++) one[w] = 0;
-    one[cand / 64] = 1UL << (cand % 64);
-    if (!syscall(SYS_sched_setaffinity, 0, sizeof one, one)) {
-      cpu = cand;
-      syscall(SYS_sched_setaffinity, 0, sizeof mask, mask);
-    }
-    break;
-  }
-  __atomic_store_n(&c->where[t], (int)cpu, __ATOMIC_RELAXED);
+  if (!clash) return;
+  unsigned long mask[16];
+  long got = syscall(SYS_sched_getaffinity, 0, sizeof mask, mask);
+  int cand = got > 0 ? plait_team_free_cpu(c->where, t, upto, cpu, mask, got) : -1;
+  if (cand < 0 || plait_team_pin(0, cand)) return;
+  if (t == 0) syscall(SYS_sched_setaffinity, 0, sizeof mask, mask);
+  __atomic_store_n(&c->where[t], cand, __ATOMIC_RELAXED);
 #endif
 }
 static void plait_team_sync(plait_team_cell* c, int threads) {

@@ -28,18 +28,62 @@ void plait_team_release(plait_team_cell* cell) {
   cell->buf = 0;
   cell->cap = 0;
 }
-void plait_run_team(int want, int n, const plait_team_fn* fns, void* const* const* args, const unsigned char* sync,
-                    plait_team_cell* cell) {
+/* Process-wide (libgomp's pool threads serve every team run): each worker's thread id and the CPU it is pinned to,
+   slot 0 the caller's CPU at the latest call. A KVM guest's scheduler treats a vCPU that idled long enough for the
+   host to deschedule it as busy, so an unpinned worker woken after a pause lands on its waker's CPU and waits there
+   for it (0.7-1.4 ms at a region's start) or shares it; pinned, it wakes on its own CPU. A worker pins itself, on its
+   first team run, to the CPU it runs on (another one if a teammate holds that); before each region the caller
+   re-pins a worker whose CPU it now runs on itself. The caller is never pinned. Teams larger than the allowed CPUs,
+   and `pin` 0 (PLAIT_PIN_THREADS=0), leave placement to the scheduler. */
+static int plait_tids[PLAIT_TEAM_WHERE];
+static int plait_where[PLAIT_TEAM_WHERE];
+static int plait_pid;
+void plait_run_team(int want, int pin, int n, const plait_team_fn* fns, void* const* const* args,
+                    const unsigned char* sync, plait_team_cell* cell) {
+  int threads = want > 0 ? want : omp_get_max_threads();
+  cell->where = 0;
 #ifdef __linux__
+  static unsigned long mask[16];
+  static long bytes = -1;
+  if (plait_pid != getpid()) { /* a forked child: its pool threads are not the parent's */
+    for (int t = 0; t < PLAIT_TEAM_WHERE; t++) plait_tids[t] = 0;
+    plait_pid = getpid();
+  }
+  if (bytes < 0) bytes = syscall(SYS_sched_getaffinity, 0, sizeof mask, mask);
   unsigned home = 0;
-  if (!syscall(SYS_getcpu, &home, 0, 0)) cell->where[0] = (int)home;
+  long allowed = 0;
+  for (long w = 0; bytes > 0 && w < (bytes + 7) / 8; w++) allowed += __builtin_popcountl(mask[w]);
+  if (pin && threads > 1 && threads <= allowed && threads <= PLAIT_TEAM_WHERE && !syscall(SYS_getcpu, &home, 0, 0)) {
+    cell->where = plait_where;
+    plait_where[0] = (int)home;
+    for (int t = 1; t < threads; t++) {
+      if (!plait_tids[t] || plait_where[t] != (int)home) continue;
+      if (syscall(SYS_tgkill, plait_pid, plait_tids[t], 0)) { /* gone (never expected of a pool thread) */
+        plait_tids[t] = 0;
+        continue;
+      }
+      int cand = plait_team_free_cpu(plait_where, t, threads, home, mask, bytes);
+      if (cand >= 0 && !plait_team_pin(plait_tids[t], cand)) plait_where[t] = cand;
+    }
+  }
 #endif
-#pragma omp parallel num_threads(want > 0 ? want : omp_get_max_threads())
+#pragma omp parallel num_threads(threads)
   {
-    int threads = omp_get_num_threads(), t = omp_get_thread_num();
-    if (t) plait_team_spread(cell, t, 1);
+    int t = omp_get_thread_num(), team = omp_get_num_threads();
+#ifdef __linux__
+    if (t && team == threads && cell->where && !plait_tids[t]) {
+      unsigned now = 0;
+      syscall(SYS_getcpu, &now, 0, 0);
+      plait_where[t] = -1;
+      int taken = 0;
+      for (int j = 0; j < threads; j++) taken |= j != t && plait_where[j] == (int)now;
+      int cand = taken ? plait_team_free_cpu(plait_where, t, threads, now, mask, bytes) : (int)now;
+      if (cand >= 0 && !plait_team_pin(0, cand)) plait_where[t] = cand;
+      plait_tids[t] = (int)syscall(SYS_gettid);
+    }
+#endif
     for (int i = 0; i < n; i++) {
-      if (sync[i]) plait_team_sync(cell, threads);
+      if (sync[i]) plait_team_sync(cell, team);
       fns[i](args[i]);
     }
   }
@@ -70,7 +114,7 @@ class TeamCell(ctypes.Structure):
         ("count", ctypes.c_int),
         ("gen", ctypes.c_int),
         ("sleepers", ctypes.c_int),
-        ("where", ctypes.c_int * 16),
+        ("where", ctypes.c_void_p),
     ]
 
 
@@ -93,6 +137,7 @@ class TeamRun:
         self.call = functools.partial(
             lib.plait_run_team,
             settings.get("PLAIT_NUM_THREADS"),
+            settings.get("PLAIT_PIN_THREADS"),
             len(steps),
             self.fns,
             self.table,

@@ -7,6 +7,7 @@ runs as a launch of its own between team runs; the team has the threads OpenMP i
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -242,3 +243,45 @@ print([_read(device, o, 2) for o in out])
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[[3, 1], [3, 1]]"
+
+
+_AFFINITY = """
+import os, sys
+sys.path.insert(0, {root!r})
+import numpy as np
+import plait
+import plait.nn.functional as F
+w = plait.tensor(np.ones((64, 16, 3, 3), np.float32) / 9)
+f = plait.jit(lambda t: F.conv2d(t, w, None, padding=1).relu().mean(axis=(2, 3)), device="cpu")
+x = np.ones((1, 16, 40, 40), np.float32)
+for _ in range(3):
+    got = np.asarray(f(x))
+assert np.allclose(got, 16 * np.ones((1, 64)) * (38 * 38 + 4 * 38 * 6 / 9 + 4 * 4 / 9) / 1600, rtol=1e-4), got
+masks = {{}}
+for tid in os.listdir("/proc/self/task"):
+    for line in open(f"/proc/self/task/{{tid}}/status"):
+        if line.startswith("Cpus_allowed_list:"):
+            masks[int(tid)] = line.split()[1]
+print(masks.pop(os.getpid()), sorted(masks.values()))
+"""
+
+
+def test_team_workers_keep_a_cpu_of_their_own_and_the_caller_none(tmp_path: Any) -> None:
+    """With PLAIT_PIN_THREADS=1 (the default) a two-thread team's worker ends up pinned to one CPU and the calling
+    thread keeps the process's mask; with 0 nothing is pinned. Both compute the same result."""
+    allowed = os.sched_getaffinity(0)
+    script = _AFFINITY.format(root=str(Path(__file__).resolve().parents[2]))
+    outs = {}
+    for pin in ("1", "0"):
+        env = {**os.environ, "PLAIT_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "PLAIT_PIN_THREADS": pin}
+        env["PLAIT_CACHE_DIR"] = str(tmp_path)
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        outs[pin] = done.stdout.strip().splitlines()[-1]
+    caller, others = outs["1"].split(" ", 1)
+    full = outs["0"].split(" ", 1)[0]
+    assert caller == full  # the calling thread is never pinned
+    if len(allowed) >= 2:
+        singles = [m for m in ast.literal_eval(others) if m.isdigit()]
+        assert len(singles) == 1, outs
+    assert all(m == full for m in ast.literal_eval(outs["0"].split(" ", 1)[1])), outs
