@@ -238,6 +238,9 @@ SHALLOW_C = 64  # products over at most this many input channels avoid the 24x1 
 # 1.34, 8x3 1.00, 6x4 1.08; 128 channels 28x28 F(4,3) 1.32, 0.96, 1.02. The broadcast-bound 24x1 tile was the cheapest
 # on the Sapphire Rapids host, and the 6x4 tile the pick for 256 channels at 14x14 (0.72 against 0.68 ms as 12x2)
 SMALL_BLOCK_COST = {24: 1.33, 12: 1.0, 8: 1.0, 6: 1.05}
+# the team's threads that a layer's product tasks (blocks x row groups) are priced to split evenly over: resnet50 b1's
+# 128-channel 28x28 F(4,3) took 12x2 (11 tasks, 6:5 over two threads: the second waited 0.05 ms per layer)
+TEAM_SPLIT = 2
 
 
 def _tile_factor(mr: int, c: int, tiles: int, layer_tiles: int) -> float:
@@ -255,6 +258,12 @@ def _tile_factor(mr: int, c: int, tiles: int, layer_tiles: int) -> float:
     if mr < 12 and c > SHALLOW_C and tiles >= TARGET_TILES:
         return 1.1
     return 1.02
+
+
+def _split_loss(tasks: int) -> float:
+    """How much longer than an even share the busiest of TEAM_SPLIT threads runs on `tasks` equal product tasks
+    (statically split: ceil(tasks / threads) against tasks / threads)."""
+    return -(-tasks // TEAM_SPLIT) * TEAM_SPLIT / tasks
 
 
 def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
@@ -283,7 +292,7 @@ def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
             # padded product work plus U traffic; then the 24-row tile (fewest loads per multiply-add), except over
             # a shallow depth (products over <= SHALLOW_C channels), where it cost 1.2-1.4x the others (docs/benchmarks.md)
             factor = _tile_factor(mr, c, min(rpb, rows) * tw, rows * tw)
-            cost = (cols * kp + (6 * blocks * kp if streamed else 0)) * factor
+            cost = (cols * kp + (6 * blocks * kp if streamed else 0)) * factor * _split_loss(blocks * (kp // mr))
             if best is None or cost < best[0]:
                 best = (cost, mr, nv, rpb)
     assert best is not None

@@ -65,3 +65,23 @@ def test_small_deep_layer_matches_torch():
     assert any(kern.name.startswith("WINO2_") for kern in plan.kernels), [kern.name for kern in plan.kernels]
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding=1)
     assert_close(got, want.relu().numpy(), "float32", "resnet18 layer3 b1", tol_scale=10)
+
+
+def test_product_tasks_split_evenly_over_two_threads():
+    """resnet b1's 128-channel 28x28 F(4,3) layer (one block of 49 tiles): the register tile is priced by how its
+    product tasks (blocks x row groups) split over winograd_c.TEAM_SPLIT threads, so it takes 6x4 (22 row groups,
+    11:11) rather than 12x2 (11, 6:5); the plan's output matches PyTorch."""
+    win = F.Window(1, 128, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1)
+    p = winograd_c.pick(gemm.GemmSpec(1, 128, 784, 1152, (0, 0, 1152, 1), (0, 0, 0, 0), conv=win))
+    assert p is not None and p.m == 4
+    tasks = -(-p.n * -(-p.oh // p.m) // p.rpb) * (p.kp // p.mr)
+    assert tasks % winograd_c.TEAM_SPLIT == 0, (p.mr, p.nv, p.rpb, tasks)
+    x = rand((1, 128, 28, 28), low=-1, high=1)
+    wt, b = rand((128, 128, 3, 3), seed=1, low=-1, high=1) * 0.05, rand((128,), seed=2)
+    wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
+    f = plait.jit(lambda t: F.conv2d(t, wp, bp, padding=1).relu(), device="cpu")
+    got = np.asarray(f(x))
+    plan, _ = f.plan_for([x])
+    assert any(kern.name.startswith("WINO4_") for kern in plan.kernels), [kern.name for kern in plan.kernels]
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding=1)
+    assert_close(got, want.relu().numpy(), "float32", "resnet layer2 b1", tol_scale=10)
