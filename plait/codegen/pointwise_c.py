@@ -224,6 +224,9 @@ LANES_KC = 256  # input channels per k block
 # (pixels, channel vectors) of the register tile, and its measured cost per padded multiply-add relative to the best
 # (a standalone C test of mobilenet_v2's 7x7 and 14x14 products, one thread, docs/benchmarks.md)
 LANES_TILES = {(7, 3): 1.0, (8, 3): 1.0, (7, 4): 1.02, (6, 4): 1.05, (12, 2): 1.1}
+# the team's threads a tile's work is priced to split evenly over: resnet50 b1's 2048x49 products took 7x3 (43
+# panels of 48 channels, 21:22 between two threads; 7x4: 32 panels, 16:16)
+LANES_SPLIT = 2
 
 
 @dataclass(frozen=True)
@@ -255,12 +258,35 @@ def lanes_fits(spec: Any) -> bool:
     return plain and sbn == 1 and sbk >= spec.n and cols and rows
 
 
+def _lanes_split_loss(panels: int, tiles: int) -> float:
+    """The busiest of LANES_SPLIT threads' share of (panel, pixel tile) pairs against an even share, under
+    plait_pwlanes' split of one image (tasks of runs of panels, then of pixel tiles, dealt out statically)."""
+    want = 4 * LANES_SPLIT
+    chunks = min(want, panels)
+    per = min(-(-want // chunks), tiles)
+    tasks = chunks * per
+    work = [
+        (panels * (c + 1) // chunks - panels * c // chunks) * (tiles * (q + 1) // per - tiles * q // per)
+        for c in range(chunks)
+        for q in range(per)
+    ]
+    # libgomp's static schedule: contiguous runs, the first tasks % threads threads one task more
+    base, extra = divmod(tasks, LANES_SPLIT)
+    shares, i = [], 0
+    for th in range(LANES_SPLIT):
+        n = base + (th < extra)
+        shares.append(sum(work[i : i + n]))
+        i += n
+    return max(shares) * LANES_SPLIT / (panels * tiles)
+
+
 def lanes_plan(spec: Any) -> LanesPlan:
     """The tile with the least padded work (channels to whole panels, pixels to whole tiles) times its cost."""
 
     def cost(t: tuple[int, int]) -> float:
         mr, nv = t
-        return -(-spec.m // (nv * VW)) * nv * VW * -(-spec.n // mr) * mr * LANES_TILES[t]
+        panels, tiles = -(-spec.m // (nv * VW)), -(-spec.n // mr)
+        return panels * nv * VW * tiles * mr * LANES_TILES[t] * _lanes_split_loss(panels, tiles)
 
     mr, nv = min(LANES_TILES, key=cost)
     ao, _, sam, sak = spec.a

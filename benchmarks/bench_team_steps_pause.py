@@ -1,0 +1,90 @@
+"""Where a two-thread team replay loses after an idle pause: the stamped team runner of bench_team_steps.py, run on
+a benchmark CNN's twin back to back and with a sleep before each replay (the pause bench_onnx.py's rounds leave
+between calls), per step the slowest thread's kernel wall time, the threads' CPU time and the barrier waits, and
+the steps whose span grew most after the pause.
+
+    OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2 PLAIT_NUM_THREADS=2 .venv/bin/python \\
+        benchmarks/bench_team_steps_pause.py resnet50 --pause 0.2 --replays 40 --top 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_onnx import MODELS
+from bench_team_steps import STAMPED, build, per_step, steal_ticks
+
+from plait.runtime.cpu_team import TeamRun
+
+
+def replays(device: object, run: TeamRun, count: int, pause: float) -> tuple[np.ndarray, list[float]]:
+    """`count` stamped replays at the team's thread count, each after `pause` seconds of sleep: stamps (count,
+    steps, threads, 4) and wall ms."""
+    lib = device._load(device._key(STAMPED), STAMPED)  # type: ignore[attr-defined]
+    fn = lib.plait_run_team_stamped
+    fn.restype = None
+    n, threads = len(run.fns), int(os.environ.get("PLAIT_NUM_THREADS", "2"))
+    out = np.zeros((count, n, threads, 4), dtype=np.int64)
+    walls = []
+    for r in range(count + 2):
+        if pause:
+            time.sleep(pause)
+        st = np.zeros(n * threads * 4, dtype=np.int64)
+        t0 = time.perf_counter()
+        fn(n, run.fns, run.table, run.sync, ctypes.byref(run.cell), st.ctypes.data_as(ctypes.c_void_p))
+        if r >= 2:
+            walls.append((time.perf_counter() - t0) * 1e3)
+            out[r - 2] = st.reshape(n, threads, 4)
+    return out, walls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", choices=MODELS)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--pause", type=float, default=0.2)
+    ap.add_argument("--replays", type=int, default=40)
+    ap.add_argument("--top", type=int, default=15)
+    a = ap.parse_args()
+    x = np.random.default_rng(0).standard_normal((a.batch, 3, 224, 224)).astype(np.float32)
+    plan, run, _ = build(a.model, a.batch, x)
+    device = plan.device  # type: ignore[attr-defined]
+    load0, steal0 = os.getloadavg()[0], steal_ticks()
+    res = {}
+    for _ in range(2):
+        for p in (0.0, a.pause):
+            st, w = replays(device, run, a.replays, p)
+            old = res.get(p)
+            res[p] = (np.concatenate([old[0], st]), old[1] + w) if old else (st, w)
+    print(f"load {load0:.2f} -> {os.getloadavg()[0]:.2f}, steal ticks {steal_ticks() - steal0}")
+    steps = {p: per_step(v[0]) for p, v in res.items()}
+    for p, (st, w) in res.items():
+        s = steps[p]
+        late = np.median((st[:, 0, :, 1] - st[:, 0, :, 1].min(axis=1, keepdims=True)).max(axis=1)) / 1e6
+        print(
+            f"pause {p:.2f} s: replay median {np.median(w):.2f} (p25-p75 {np.percentile(w, 25):.2f}-"
+            f"{np.percentile(w, 75):.2f}) ms, spans {s['span'].sum():.2f}, slowest-thread work {s['max'].sum():.2f}, "
+            f"cpu both {s['cpu'].sum():.2f}, barrier waits {s['wait'].sum():.2f}, 2nd thread starts step 0 "
+            f"{late:.3f} ms late"
+        )
+    b, q = steps[0.0], steps[a.pause]
+    grow = q["span"] - b["span"]
+    print("  step  span0  spanP  grow   work0  workP  cpu0   cpuP   wait0  waitP  kernel")
+    for i in np.argsort(-grow)[: a.top]:
+        print(
+            f"  {i:4d} {b['span'][i]:6.3f} {q['span'][i]:6.3f} {grow[i]:6.3f} {b['max'][i]:6.3f} {q['max'][i]:6.3f} "
+            f"{b['cpu'][i]:6.3f} {q['cpu'][i]:6.3f} {b['wait'][i]:6.3f} {q['wait'][i]:6.3f}  "
+            f"{plan.kernels[i].name}"  # type: ignore[attr-defined]
+        )
+
+
+if __name__ == "__main__":
+    main()
