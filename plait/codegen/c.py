@@ -32,12 +32,20 @@ TEAM_SYNC = """//@shared-begin plait_team_sync
 #endif
 #include <omp.h>
 #define PLAIT_TEAM_WHERE 16
+/* Where a process's team threads run (one, in the team runner's library: libgomp's pool threads serve every team
+   run): where[t] the CPU of thread t (the caller's at the latest call, a worker's pinned CPU), tids[t] a worker's
+   thread id, and the CPUs the process may use. */
+typedef struct {
+  int where[PLAIT_TEAM_WHERE], tids[PLAIT_TEAM_WHERE];
+  unsigned long mask[16];
+  long bytes, allowed;
+} plait_team_place;
 typedef struct {
   float* buf;
   size_t cap;
   long spin;
   int lock, count, gen, sleepers;
-  int* where;
+  plait_team_place* place; /* 0: threads are not placed (one thread, PLAIT_PIN_THREADS=0, more threads than CPUs) */
 } plait_team_cell;
 static inline void plait_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -51,17 +59,17 @@ static long plait_now_ns(void) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec * 1000000000L + t.tv_nsec;
 }
-/* A team's threads on CPUs of their own (see plait/runtime/cpu_team.py TEAM_RUNNER): where[t] is the CPU thread t
-   runs on (the caller's at the call, a worker's pinned CPU). A thread woken from a barrier's futex that finds itself
-   on a teammate's CPU moves to an allowed CPU none of them holds; a worker stays pinned there, the calling thread
-   gets its own mask back. */
-static int plait_team_free_cpu(const int* where, int t, int upto, unsigned from, const unsigned long* mask, long bytes) {
-  for (long k = 1; k <= bytes * 8; k++) {
-    unsigned cand = (unsigned)((from + k) % (bytes * 8));
-    if (!(mask[cand / 64] >> (cand % 64) & 1)) continue;
-    int taken = 0;
-    for (int j = 0; j < upto; j++) taken |= j != t && __atomic_load_n(&where[j], __ATOMIC_RELAXED) == (int)cand;
-    if (!taken) return (int)cand;
+/* Whether a thread other than t (of the first `upto`) runs on `cpu`. */
+static int plait_team_held(const plait_team_place* p, int t, int upto, int cpu) {
+  for (int j = 0; j < upto; j++)
+    if (j != t && __atomic_load_n(&p->where[j], __ATOMIC_RELAXED) == cpu) return 1;
+  return 0;
+}
+/* An allowed CPU after `from` that no thread other than t holds, or -1. */
+static int plait_team_free_cpu(const plait_team_place* p, int t, int upto, unsigned from) {
+  for (long k = 1; k <= p->bytes * 8; k++) {
+    int cand = (int)((from + k) % (p->bytes * 8));
+    if (p->mask[cand / 64] >> (cand % 64) & 1 && !plait_team_held(p, t, upto, cand)) return cand;
   }
   return -1;
 }
@@ -74,20 +82,20 @@ static int plait_team_pin(int tid, int cpu) {
   return -1;
 #endif
 }
+/* A thread woken from a barrier's futex that finds itself on a teammate's CPU (see plait/runtime/cpu_team.py
+   TEAM_RUNNER) moves to an allowed CPU none of them holds: a worker stays pinned there, the calling thread gets the
+   process's mask back. */
 static void plait_team_spread(plait_team_cell* c, int t, int upto) {
 #ifdef __linux__
+  plait_team_place* p = c->place;
   unsigned cpu = 0;
-  if (!c->where || t >= PLAIT_TEAM_WHERE || syscall(SYS_getcpu, &cpu, 0, 0)) return;
+  if (!p || t >= PLAIT_TEAM_WHERE || syscall(SYS_getcpu, &cpu, 0, 0)) return;
   if (upto > PLAIT_TEAM_WHERE) upto = PLAIT_TEAM_WHERE;
-  int clash = 0;
-  for (int j = 0; j < upto; j++) clash |= j != t && __atomic_load_n(&c->where[j], __ATOMIC_RELAXED) == (int)cpu;
-  if (!clash) return;
-  unsigned long mask[16];
-  long got = syscall(SYS_sched_getaffinity, 0, sizeof mask, mask);
-  int cand = got > 0 ? plait_team_free_cpu(c->where, t, upto, cpu, mask, got) : -1;
+  if (!plait_team_held(p, t, upto, (int)cpu)) return;
+  int cand = plait_team_free_cpu(p, t, upto, cpu);
   if (cand < 0 || plait_team_pin(0, cand)) return;
-  if (t == 0) syscall(SYS_sched_setaffinity, 0, sizeof mask, mask);
-  __atomic_store_n(&c->where[t], cand, __ATOMIC_RELAXED);
+  if (t == 0) syscall(SYS_sched_setaffinity, 0, sizeof p->mask, p->mask);
+  __atomic_store_n(&p->where[t], cand, __ATOMIC_RELAXED);
 #endif
 }
 static void plait_team_sync(plait_team_cell* c, int threads) {

@@ -28,42 +28,40 @@ void plait_team_release(plait_team_cell* cell) {
   cell->buf = 0;
   cell->cap = 0;
 }
-/* Process-wide (libgomp's pool threads serve every team run): each worker's thread id and the CPU it is pinned to,
-   slot 0 the caller's CPU at the latest call. A KVM guest's scheduler treats a vCPU that idled long enough for the
-   host to deschedule it as busy, so an unpinned worker woken after a pause lands on its waker's CPU and waits there
-   for it (0.7-1.4 ms at a region's start) or shares it; pinned, it wakes on its own CPU. A worker pins itself, on its
-   first team run, to the CPU it runs on (another one if a teammate holds that); before each region the caller
-   re-pins a worker whose CPU it now runs on itself. The caller is never pinned. Teams larger than the allowed CPUs,
-   and `pin` 0 (PLAIT_PIN_THREADS=0), leave placement to the scheduler. */
-static int plait_tids[PLAIT_TEAM_WHERE];
-static int plait_where[PLAIT_TEAM_WHERE];
+/* A KVM guest's scheduler treats a vCPU that idled long enough for the host to deschedule it as busy, so an unpinned
+   worker woken after a pause lands on its waker's CPU and waits there for it (0.7-1.4 ms at a region's start) or
+   shares it; pinned, it wakes on its own CPU. A worker pins itself, on its first team run, to the CPU it runs on
+   (another one if a teammate holds that); before each region the caller re-pins a worker whose CPU it now runs on
+   itself. The caller is never pinned. Teams larger than the allowed CPUs, and `pin` 0 (PLAIT_PIN_THREADS=0), leave
+   placement to the scheduler. */
+static plait_team_place plait_place = {.bytes = -1};
 static int plait_pid;
 void plait_run_team(int want, int pin, int n, const plait_team_fn* fns, void* const* const* args,
                     const unsigned char* sync, plait_team_cell* cell) {
+  plait_team_place* p = &plait_place;
   int threads = want > 0 ? want : omp_get_max_threads();
-  cell->where = 0;
+  cell->place = 0;
 #ifdef __linux__
-  static unsigned long mask[16];
-  static long bytes = -1;
   if (plait_pid != getpid()) { /* a forked child: its pool threads are not the parent's */
-    for (int t = 0; t < PLAIT_TEAM_WHERE; t++) plait_tids[t] = 0;
+    for (int t = 0; t < PLAIT_TEAM_WHERE; t++) p->tids[t] = 0;
     plait_pid = getpid();
   }
-  if (bytes < 0) bytes = syscall(SYS_sched_getaffinity, 0, sizeof mask, mask);
+  if (p->bytes < 0) {
+    p->bytes = syscall(SYS_sched_getaffinity, 0, sizeof p->mask, p->mask);
+    for (long w = 0; p->bytes > 0 && w < (p->bytes + 7) / 8; w++) p->allowed += __builtin_popcountl(p->mask[w]);
+  }
   unsigned home = 0;
-  long allowed = 0;
-  for (long w = 0; bytes > 0 && w < (bytes + 7) / 8; w++) allowed += __builtin_popcountl(mask[w]);
-  if (pin && threads > 1 && threads <= allowed && threads <= PLAIT_TEAM_WHERE && !syscall(SYS_getcpu, &home, 0, 0)) {
-    cell->where = plait_where;
-    plait_where[0] = (int)home;
+  if (pin && threads > 1 && threads <= p->allowed && threads <= PLAIT_TEAM_WHERE && !syscall(SYS_getcpu, &home, 0, 0)) {
+    cell->place = p;
+    p->where[0] = (int)home;
     for (int t = 1; t < threads; t++) {
-      if (!plait_tids[t] || plait_where[t] != (int)home) continue;
-      if (syscall(SYS_tgkill, plait_pid, plait_tids[t], 0)) { /* gone (never expected of a pool thread) */
-        plait_tids[t] = 0;
+      if (!p->tids[t] || p->where[t] != (int)home) continue;
+      if (syscall(SYS_tgkill, plait_pid, p->tids[t], 0)) { /* gone (never expected of a pool thread) */
+        p->tids[t] = 0;
         continue;
       }
-      int cand = plait_team_free_cpu(plait_where, t, threads, home, mask, bytes);
-      if (cand >= 0 && !plait_team_pin(plait_tids[t], cand)) plait_where[t] = cand;
+      int cand = plait_team_free_cpu(p, t, threads, home);
+      if (cand >= 0 && !plait_team_pin(p->tids[t], cand)) p->where[t] = cand;
     }
   }
 #endif
@@ -71,15 +69,13 @@ void plait_run_team(int want, int pin, int n, const plait_team_fn* fns, void* co
   {
     int t = omp_get_thread_num(), team = omp_get_num_threads();
 #ifdef __linux__
-    if (t && team == threads && cell->where && !plait_tids[t]) {
+    if (t && team == threads && cell->place && !p->tids[t]) {
       unsigned now = 0;
       syscall(SYS_getcpu, &now, 0, 0);
-      plait_where[t] = -1;
-      int taken = 0;
-      for (int j = 0; j < threads; j++) taken |= j != t && plait_where[j] == (int)now;
-      int cand = taken ? plait_team_free_cpu(plait_where, t, threads, now, mask, bytes) : (int)now;
-      if (cand >= 0 && !plait_team_pin(0, cand)) plait_where[t] = cand;
-      plait_tids[t] = (int)syscall(SYS_gettid);
+      p->where[t] = -1;
+      int cand = plait_team_held(p, t, threads, (int)now) ? plait_team_free_cpu(p, t, threads, now) : (int)now;
+      if (cand >= 0 && !plait_team_pin(0, cand)) p->where[t] = cand;
+      p->tids[t] = (int)syscall(SYS_gettid);
     }
 #endif
     for (int i = 0; i < n; i++) {
@@ -104,7 +100,8 @@ TEAM_SPIN_NS = 1_000_000
 class TeamCell(ctypes.Structure):
     """A team run's shared state (plait/codegen/c.py TEAM_SYNC's plait_team_cell): the shared buffer and its size
     in floats, how long a barrier's waiters spin before they sleep (ns), the lock that grows the buffer, and the
-    barrier's arrival count, generation and sleeper count, and the CPU each thread last ran on (plait_team_spread)."""
+    barrier's arrival count, generation and sleeper count, and where the team's threads run (set per call by
+    plait_run_team; plait_team_spread reads it)."""
 
     _fields_ = [
         ("buf", ctypes.c_void_p),
@@ -114,7 +111,7 @@ class TeamCell(ctypes.Structure):
         ("count", ctypes.c_int),
         ("gen", ctypes.c_int),
         ("sleepers", ctypes.c_int),
-        ("where", ctypes.c_void_p),
+        ("place", ctypes.c_void_p),
     ]
 
 
