@@ -165,6 +165,10 @@ class Device:
         """Compile several (source, kernel name) pairs; devices override this to build them in one compiler call."""
         return [self.compile(src, name) for src, name in kernels]
 
+    def expect_builds(self, rendered: list[str], total: int) -> None:
+        """A plan has rendered the kernel sources `rendered` of `total` it will build: a device whose builds start
+        slowly may start getting ready while the rest render. Here nothing."""
+
     def synchronize(self) -> None:
         raise NotImplementedError
 

@@ -203,6 +203,18 @@ class OpenCLDevice(Device):
                 build_parallel(self._build_group, todo)
         return [self.compile(src, name) for src, name in kernels]
 
+    def expect_builds(self, rendered: list[str], total: int) -> None:
+        """Start the build workers compile_batch will use (opencl_build.prestart) while the plan renders the rest of
+        its kernels, when the first rendered ones say most of the plan will be built: each worker's start (Python,
+        pyopencl, a device context) then overlaps rendering instead of preceding the builds."""
+        if not opencl_build.workers_help(self.dev) or total < opencl_build.MIN_KERNELS:
+            return
+        missing = sum(
+            self._key(src) not in self._programs and cache.get("opencl", self._key(src)) is None for src in rendered
+        )
+        if 2 * missing > len(rendered):
+            opencl_build.prestart(self.dev, -(-total * missing // len(rendered)))
+
     def _key(self, source: str) -> str:
         return cache.key_of("opencl", self.info.name, self.info.driver, source)
 

@@ -8,7 +8,8 @@ one kernel source per request and sends the program binary back. The driver's bi
 loads at no cost only where the driver's own JIT cache (on by default; off with CUDA_CACHE_DISABLE=1) kept the
 machine code the worker made, so the workers are used only there (`workers_help`).
 
-Workers start when a plan has enough kernels to build and stay for IDLE_SECONDS after their last build, so the later
+Workers start when a plan has enough kernels to build (already while it renders them, when its first kernels are not
+in the disk cache: `prestart`) and stay for IDLE_SECONDS after their last build, so the later
 plans of one first call (a training step's eager backward and update realize their own plans a second or two after
 the forward's) reuse them instead of each paying the start again; then they stop, since each holds a device context.
 """
@@ -179,6 +180,25 @@ def _close_all() -> None:
             pool.close()
 
 
+def worker_count(kernels: int) -> int:
+    """Workers for a build of `kernels` sources: one per core, each with at least KERNELS_PER_WORKER of them."""
+    return min(os.cpu_count() or 1, -(-kernels // KERNELS_PER_WORKER))
+
+
+def prestart(dev: Any, kernels: int) -> None:
+    """Start the workers a coming build of about `kernels` sources will take, without waiting for them: they load
+    pyopencl and open their device context while the caller renders the sources. Unused, they stop after
+    IDLE_SECONDS like any idle pool. A build in progress already holds its workers: then nothing."""
+    pool = _pool(*device_index(dev))
+    if not pool.busy.acquire(blocking=False):
+        return
+    try:
+        pool.take(worker_count(kernels))
+        pool.release(set())
+    finally:
+        pool.busy.release()
+
+
 def build_binaries(dev: Any, sources: list[str], workers: int | None = None) -> dict[int, bytes]:
     """Program binaries of `sources` for `dev`, built by worker processes: {index in sources: binary}. A source
     the compiler rejects, or one a worker could not build, has no entry; the caller builds it in-process, where
@@ -186,7 +206,7 @@ def build_binaries(dev: Any, sources: list[str], workers: int | None = None) -> 
     if not sources:
         return {}
     pool = _pool(*device_index(dev))
-    count = workers or min(os.cpu_count() or 1, -(-len(sources) // KERNELS_PER_WORKER))
+    count = workers or worker_count(len(sources))
     jobs: queue.Queue[tuple[int, str]] = queue.Queue()
     for i in sorted(range(len(sources)), key=lambda i: -len(sources[i])):  # longest first: better balance
         jobs.put((i, sources[i]))

@@ -63,6 +63,11 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
     return r.render_elementwise(item.out, item.out, item.inputs)
 
 
+# After rendering this many kernels a plan tells its device what it will build (Device.expect_builds), so a device
+# whose builds start slowly (NVIDIA OpenCL's build workers) gets ready while the rest render
+EXPECT_AFTER = 8
+
+
 def _dump(kernel: RenderedKernel) -> None:
     level = settings.get("PLAIT_DEBUG")
     if level:
@@ -250,6 +255,8 @@ class Plan:
             k = render(self.device, item)
             _dump(k)
             pending.append((k, [out_buf] + [self._buffer_of(n) for n in item.inputs]))
+            if len(pending) == EXPECT_AFTER:
+                self.device.expect_builds([k.source for k, _ in pending], len(self.items))
         built = [i for i in self.items if i.kind not in ("alias", "written") and i.out.size]  # `pending`'s items
         # a plan with inputs keeps its leaf buffers bound: work on constants alone (Winograd weight transforms of
         # model parameters) runs once, here, instead of on every replay

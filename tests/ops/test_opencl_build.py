@@ -78,3 +78,31 @@ def test_workers_stay_between_builds(cl_device: str, monkeypatch: pytest.MonkeyP
     for (_, name), binary, f in zip(kernels, (first[0], second[0], third[0]), (2.0, -0.5, 4.0), strict=True):
         prog = cl.Program(dev.ctx, [dev.dev], [binary]).build()  # type: ignore[attr-defined]
         np.testing.assert_array_equal(_run(dev, CLProgram(dev, getattr(prog, name)), x), np.float32(f) * x)
+
+
+@pytest.mark.parametrize("cl_device", CL_DEVICES)
+def test_plan_prestarts_workers_it_then_builds_with(
+    cl_device: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan whose first rendered kernels are not in the cache starts the build workers while it renders the rest
+    (Device.expect_builds); the build then runs on those same processes and its kernels compute what they say. Once
+    they are cached, expecting them again starts nothing."""
+    dev = get_device(cl_device)
+    monkeypatch.setattr(opencl_build, "workers_help", lambda _dev: True)  # as on NVIDIA with its JIT cache on
+    monkeypatch.setattr(opencl_build, "IDLE_SECONDS", 60.0)
+    pool = opencl_build._pool(*opencl_build.device_index(dev.dev))  # type: ignore[attr-defined]
+    pool.close()
+    factors = [0.5 * i - 2.0 for i in range(opencl_build.MIN_KERNELS)]
+    kernels = [_scale_kernel(f) for f in factors]
+    x = np.linspace(-1, 1, 16, dtype=np.float32)
+    with settings.override(PLAIT_CACHE_DIR=str(tmp_path)):
+        dev.expect_builds([src for src, _ in kernels], 3 * len(kernels))
+        started = [p.pid for p in pool.procs]
+        assert len(started) == opencl_build.worker_count(3 * len(kernels))
+        progs = dev.compile_batch(kernels)
+        assert [p.pid for p in pool.procs] == started  # the build took the prestarted workers, started no others
+        for prog, f in zip(progs, factors, strict=True):
+            np.testing.assert_array_equal(_run(dev, prog, x), np.float32(f) * x)
+        pool.close()
+        dev.expect_builds([src for src, _ in kernels], 3 * len(kernels))
+        assert pool.procs == []
