@@ -11,7 +11,9 @@ fused ops, shape, kernel name, which names the tile), with the launch count, the
 on constants) and the plan's memory.
 
 Outputs are checked to agree before a time is reported. The contenders run in turn, round by round, so that load
-from other jobs on a shared machine falls on all of them alike. Prints a Markdown table (for docs/benchmarks.md).
+from other jobs on a shared machine falls on all of them alike. Prints a Markdown table (for docs/benchmarks.md);
+its last column is the host's placement of the first two CPUs before and after each row's rounds (benchmarks/
+host_pair.py: the round trip of a cache line between them, ~95 ns near and ~440 ns far on the Zen 5 KVM guest).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ os.environ.setdefault("PLAIT_NUM_THREADS", "2")  # read by plait's cpu device wh
 import numpy as np
 import onnxruntime as ort
 import torch
+from host_pair import describe, pair_ns
 
 import plait
 import plait.nn as pnn
@@ -174,8 +177,9 @@ def main() -> None:
     print(
         "| model | batch | plait median ms (p25-p75) | ORT median ms (p25-p75) | plait / ORT | first run (compile) s |"
         + twin_head
+        + " CPU pair ns before/after |"
     )
-    print("| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * args.twins)
+    print("| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * args.twins + " --- |")
     diffs: list[str] = []  # --plans: printed after the table
     for name in args.models:
         model = export(name)
@@ -196,12 +200,15 @@ def main() -> None:
                 fns["twin"] = partial(own, x)
                 if args.plans:
                     diffs.append(f"{name} b{batch}: {plan_diff(sess.plan_for(feed), own.plan_for([x])[0])}")
+            before = pair_ns()
             t = measure_rounds(fns, args.iters, args.max_seconds)
+            pair = f" {describe(before)}/{describe(pair_ns())} |"
             p, o = t["plait"], t["ort"]
             extra = f" {_cell(t['twin'])} | {p['median_ms'] / t['twin']['median_ms']:.2f} |" if own is not None else ""
             print(
                 f"| {name} | {batch} | {_cell(p)} | {_cell(o)} | {p['median_ms'] / o['median_ms']:.2f} | {first:.1f} |"
-                + extra,
+                + extra
+                + pair,
                 flush=True,
             )
     print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
