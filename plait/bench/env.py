@@ -6,11 +6,15 @@ once, and without PASSIVE waiting PyTorch's idle threads spin and steal the core
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -73,6 +77,91 @@ def load_average() -> list[float]:
         return []
 
 
+# Two threads pinned to two CPUs hand one cache line back and forth: the round trip says how far apart the host put
+# those CPUs. A KVM guest's vCPUs move between host cores: on the 2-vCPU Zen 5 guest of 2026-11-23 the pair was
+# ~95 ns apart (one L3) or ~440 ns (separate L3s) for seconds to minutes at a time, and two-thread timings follow it
+# (plait resnet50 b1 18.3 against 22.0 ms, ONNX Runtime 19.5 against 21.0; docs/benchmarks.md, eleventh session).
+_PAIR_SOURCE = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+static volatile long flag __attribute__((aligned(64)));
+static int rounds;
+typedef struct { int cpu, side, ok; } side_t;
+static void* play(void* arg) {
+  side_t* s = arg;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(s->cpu, &set);
+  s->ok = !sched_setaffinity(0, sizeof set, &set);
+  for (long i = 0; i < rounds; i++) {
+    long want = 2 * i + s->side, next = want + 1;
+    while (__atomic_load_n(&flag, __ATOMIC_ACQUIRE) != want) {
+    }
+    __atomic_store_n(&flag, next, __ATOMIC_RELEASE);
+  }
+  return 0;
+}
+/* Round trip in ns of `n` hand-overs between threads pinned to CPUs a and b; -1 when a thread could not be pinned. */
+double host_pair_ns(int a, int b, int n) {
+  pthread_t ta, tb;
+  side_t sa = {a, 0, 0}, sb = {b, 1, 0};
+  struct timespec t0, t1;
+  rounds = n;
+  flag = -1;
+  pthread_create(&ta, 0, play, &sa);
+  pthread_create(&tb, 0, play, &sb);
+  struct timespec pause = {0, 2000000}; /* both threads pinned and spinning before the clock starts */
+  nanosleep(&pause, 0);
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  __atomic_store_n(&flag, 0, __ATOMIC_RELEASE);
+  pthread_join(ta, 0);
+  pthread_join(tb, 0);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (!sa.ok || !sb.ok) return -1;
+  return ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n;
+}
+"""
+
+
+@functools.cache
+def _pair_lib() -> ctypes.CDLL | None:
+    from plait.errors import DeviceError
+    from plait.runtime.cpu import find_compiler
+
+    try:
+        cc = find_compiler()
+    except DeviceError:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="plait-cpu-pair-"))
+    (folder / "pair.c").write_text(_PAIR_SOURCE)
+    built = subprocess.run(
+        [cc, "-O2", "-pthread", "-shared", "-fPIC", "-o", str(folder / "pair.so"), str(folder / "pair.c")],
+        capture_output=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        return None
+    lib = ctypes.CDLL(str(folder / "pair.so"))
+    lib.host_pair_ns.restype = ctypes.c_double
+    lib.host_pair_ns.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    return lib
+
+
+def cpu_pair_ns(rounds: int = 20000) -> float | None:
+    """The round trip (ns) of a cache line between threads pinned to the first two CPUs this process may use; None
+    with fewer than two, off Linux, or without a C compiler. Takes a few milliseconds of both CPUs."""
+    if not sys.platform.startswith("linux"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    lib = _pair_lib() if len(cpus) >= 2 else None
+    if lib is None:
+        return None
+    ns = lib.host_pair_ns(cpus[0], cpus[1], rounds)
+    return round(ns, 1) if ns >= 0 else None
+
+
 def environment(threads: int, plait_devices: list[str]) -> dict[str, Any]:
     """Versions, host, devices and drivers, thread variables: what a reader needs to reproduce the numbers."""
     import numpy as np
@@ -106,6 +195,7 @@ def environment(threads: int, plait_devices: list[str]) -> dict[str, Any]:
             "cores": os.cpu_count(),
             "nvidia": _nvidia_driver(),
             "load_average_end": load_average(),
+            "cpu_pair_ns_end": cpu_pair_ns(),
         },
         "git_commit": _git_commit(),
         "versions": versions,

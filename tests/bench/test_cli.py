@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,11 @@ def test_run_and_check(tiny: BenchModel, tmp_path: Path, capsys: pytest.CaptureF
     result = json.loads((out / "results.json").read_text())
     assert {c["status"] for c in result["cells"] if c["framework"] != "tinygrad"} <= {"ok", "skipped"}
     assert result["environment"]["thread_env"]["OMP_WAIT_POLICY"] == "PASSIVE"
+    pairs = [result["cpu_pair_ns_start"], result["environment"]["host"]["cpu_pair_ns_end"]]
+    if len(os.sched_getaffinity(0)) >= 2:  # the host's placement of two CPUs is part of the record
+        assert all(isinstance(ns, float) and ns > 0 for ns in pairs)
+    else:
+        assert pairs == [None, None]
     s = result["settings"]
     assert s["torch"]["torch_threads"] == 1 and s["torch"]["tf32"] is False and s["iters"] == 3
     assert result["runners"]["onnxruntime"]["intra_op_num_threads"] == 1
@@ -89,3 +95,10 @@ def test_run_and_check(tiny: BenchModel, tmp_path: Path, capsys: pytest.CaptureF
     assert main([*argv, "--check", str(reference)]) == 1
     assert "REGRESSION" in capsys.readouterr().out
     assert main([*argv, "--check", str(out / "results.json"), "--threshold", "100"]) == 0
+
+
+def test_cpu_pair_needs_two_cpus() -> None:
+    """With one allowed CPU there is no pair to measure: None, not a number from one CPU playing both sides."""
+    code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); from plait.bench.env import cpu_pair_ns; print(cpu_pair_ns())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "None"
