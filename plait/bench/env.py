@@ -87,40 +87,67 @@ _PAIR_SOURCE = r"""
 #include <sched.h>
 #include <time.h>
 static volatile long flag __attribute__((aligned(64)));
-static int rounds;
-typedef struct { int cpu, side, ok; } side_t;
-static void* play(void* arg) {
-  side_t* s = arg;
+static volatile int go;
+typedef struct { int cpu, ok; long rounds, done; double ns; } side_t;
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
+static int pin(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  CPU_SET(s->cpu, &set);
-  s->ok = !sched_setaffinity(0, sizeof set, &set);
-  for (long i = 0; i < rounds; i++) {
-    long want = 2 * i + s->side, next = want + 1;
-    while (__atomic_load_n(&flag, __ATOMIC_ACQUIRE) != want) {
+  CPU_SET(cpu, &set);
+  return !sched_setaffinity(0, sizeof set, &set);
+}
+/* The first side sends 2i+1 and waits for 2i+2, for `rounds` rounds or until 50 ms have passed (a loaded machine
+   runs the two spinning threads in turns, a time slice a round), then -2 to stop the other side. */
+static void* first(void* arg) {
+  side_t* s = arg;
+  s->ok = pin(s->cpu);
+  while (!__atomic_load_n(&go, __ATOMIC_ACQUIRE)) {
+  }
+  double t0 = now_ns(), until = t0 + 50e6;
+  long i = 0;
+  while (i < s->rounds) {
+    __atomic_store_n(&flag, 2 * i + 1, __ATOMIC_RELEASE);
+    while (__atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 2 * i + 2) {
     }
-    __atomic_store_n(&flag, next, __ATOMIC_RELEASE);
+    i++;
+    if (i % 64 == 0 && now_ns() > until) break;
+  }
+  s->ns = (now_ns() - t0) / (i ? i : 1);
+  s->done = i;
+  __atomic_store_n(&flag, -2, __ATOMIC_RELEASE);
+  return 0;
+}
+static void* second(void* arg) {
+  side_t* s = arg;
+  s->ok = pin(s->cpu);
+  for (long want = 1;; want += 2) {
+    long f;
+    while ((f = __atomic_load_n(&flag, __ATOMIC_ACQUIRE)) != want && f != -2) {
+    }
+    if (f == -2) break;
+    __atomic_store_n(&flag, want + 1, __ATOMIC_RELEASE);
   }
   return 0;
 }
-/* Round trip in ns of `n` hand-overs between threads pinned to CPUs a and b; -1 when a thread could not be pinned. */
+/* Round trip in ns of up to n hand-overs between threads pinned to CPUs a and b; -1 when a thread could not be
+   pinned. */
 double host_pair_ns(int a, int b, int n) {
   pthread_t ta, tb;
-  side_t sa = {a, 0, 0}, sb = {b, 1, 0};
-  struct timespec t0, t1;
-  rounds = n;
-  flag = -1;
-  pthread_create(&ta, 0, play, &sa);
-  pthread_create(&tb, 0, play, &sb);
-  struct timespec pause = {0, 2000000}; /* both threads pinned and spinning before the clock starts */
+  side_t sa = {a, 0, n, 0, 0}, sb = {b, 0, n, 0, 0};
+  flag = 0;
+  go = 0;
+  pthread_create(&ta, 0, first, &sa);
+  pthread_create(&tb, 0, second, &sb);
+  struct timespec pause = {0, 2000000}; /* both threads pinned before the first round */
   nanosleep(&pause, 0);
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  __atomic_store_n(&flag, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&go, 1, __ATOMIC_RELEASE);
   pthread_join(ta, 0);
   pthread_join(tb, 0);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  if (!sa.ok || !sb.ok) return -1;
-  return ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n;
+  return sa.ok && sb.ok ? sa.ns : -1;
 }
 """
 
