@@ -43,6 +43,16 @@ MERGE_BELOW = 512  # products with fewer columns than this that share A over a b
 FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot products (plait_fringe)
 
 
+# Rows split between threads share one packing of B, which each thread writes half of and reads all of. When the
+# two vCPUs sit on different CCDs (no shared L3) every line of it crosses between them twice a call: read after the
+# other thread wrote it, and written again next call while the other still holds a copy (~1.2 and ~5 ns a line more
+# than a local line, benchmarks/bench_far_ab.py). A product whose packed B is much larger than C (resnet50's layer4
+# 3x3: B 4608 x 48 packed, C 512 x 49) instead splits k between the threads: each packs and multiplies its own share
+# of k in private buffers, and the partial products (C's size) are summed once, each thread summing its half of the
+# rows and running their epilogue.
+KSPLIT = True
+
+
 GEMV_ROWS = 16  # at most this many rows run as a weight-streaming product when B is large ...
 GEMV_B_ELEMENTS = 1 << 20  # ... at least this many elements (4 MB: out of L2, so reading it once is what counts)
 
@@ -505,6 +515,60 @@ static void plait_tile_{t}(int kc, const float* at, long lda, const float* bp, f
   }}
 }}
 
+/* One product (batch 1) with k split between the team's threads (KSPLIT): thread t packs rows [k t / nth,
+   k (t + 1) / nth) of B into its own buffer and multiplies them with the same columns of A, thread 0 into C (added
+   to C's entry value with acc), thread t > 0 into part + (t - 1) m n (C's layout). After a barrier each thread sums
+   the partial products into its share of C's rows and runs their epilogue. */
+static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam, long sak, const float* B, long sbk,
+                                   long sbn, const plait_win* win, float* C, long rs, long cs, int acc,
+                                   plait_epi_fn epi, void* const* extra, int trans, long npad, int fr, long jf,
+                                   long cols, float* part) {{
+  int nth = omp_get_num_threads(), me = omp_get_thread_num();
+  int k0 = (int)((long)k * me / nth), kc = (int)((long)k * (me + 1) / nth) - k0, add = me == 0 && acc;
+  long ldf = (kc + 15) / 16 * 16;
+  float* c = me ? part + (size_t)(me - 1) * m * n : C;
+  float* bp = plait_scratch((size_t)kc * npad + (size_t)kc * {mr} + (fr ? (size_t)ldf * 4 + {(mr + 3) // 4 * 4 * 64} : 0));
+  float* ap = bp + (size_t)kc * npad;
+  float* fb = ap + (size_t)kc * {mr};
+  plait_v16* fpart = (plait_v16*)(fb + (size_t)ldf * 4);
+  long jend = fr ? jf : npad;
+  plait_pack(B, 0, 0, 1, 0, sbk, sbn, win, k0, kc, kc, 0, jend, n, {nr}, bp);
+  if (fr) plait_fringe_cols(B, sbk, sbn, win, k0, kc, jf, fr, fb, ldf);
+  for (int ii = 0; ii < m; ii += {mr}) {{
+    int mr = m - ii < {mr} ? m - ii : {mr};
+    const float* at = A + (long)ii * sam + k0;
+    long lda = sam;
+    if (sak != 1 || mr < {mr}) {{ /* rows not contiguous along k, or a partial last block: packed, zero-padded */
+      for (int i = 0; i < {mr}; i++)
+        for (int p = 0; p < kc; p++) ap[(long)i * kc + p] = i < mr ? A[(long)(ii + i) * sam + (long)(k0 + p) * sak] : 0.0f;
+      at = ap;
+      lda = kc;
+    }}
+    for (long jj = 0; jj < jend; jj += {nr}) {{
+      int nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
+      const float* panel = bp + jj * kc;
+      if (0) {{}}
+{_tail_calls(mr, nv).replace("acc || pc > 0", "add").replace("&& sc)", "&& 0)").replace(", sc + ii)", ", 0)")}      else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, add);
+    }}
+    if (fr) plait_fringe(fr, kc, at, lda, fb, ldf, fpart, 1, 1 << add, c + ii * rs + jf * cs, rs, cs, mr, 0);
+  }}
+  plait_team_barrier(); /* every partial product is complete before any is summed */
+  int r0 = (int)((long)m * me / nth), r1 = (int)((long)m * (me + 1) / nth);
+  for (int i0 = r0; i0 < r1; i0 += {mr}) {{
+    int rows = r1 - i0 < {mr} ? r1 - i0 : {mr};
+    for (int t = 1; t < nth; t++) {{
+      const float* p = part + (size_t)(t - 1) * m * n;
+      for (int i = i0; i < i0 + rows; i++)
+#pragma omp simd
+        for (int j = 0; j < n; j++) C[i * rs + j * cs] += p[i * rs + j * cs];
+    }}
+    if (epi) {{
+      if (trans) epi(C, 0, 0, i0, n, rows, extra);
+      else epi(C, 0, i0, 0, rows, n, extra);
+    }}
+  }}
+}}
+
 /* C[bz] = A[bz] @ B[bz] for bz < batch (bz = outer * inner + inner index), element (i, j) at i*rs + j*cs
    (trans: the caller swapped A and B to compute C^T, which suits a narrow C); B is the patch columns of image
    bz when win is set. When every bz shares A and the images are narrow, their columns are merged into one wide
@@ -539,6 +603,17 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   /* columns past the last whole panel, when few, are dot products (plait_fringe) instead of one more padded panel */
   int fr = !images && cols % {nr} && cols % {nr} <= {FRINGE_MAX} ? (int)(cols % {nr}) : 0;
   long jf = cols - fr, ldf = (kcm + 15) / 16 * 16;
+  /* k split between the threads (KSPLIT) where split rows would share a packed B much larger than C */
+  if ({int(KSPLIT)} && rtasks > 1 && nth > 1 && nb == 1 && !images && !sc && ctasks == 1 &&
+      (long)k * npad > 2L * m * n && k >= 64 * nth) {{
+    float* part = plait_team_shared((size_t)(nth - 1) * m * n);
+    if (!part) {{
+#pragma omp single copyprivate(part)
+      part = plait_shared_scratch((size_t)(nth - 1) * m * n);
+    }}
+    plait_sgemm_ksplit_{t}(m, n, k, A, sam, sak, B, sbk, sbn, win, C, rs, cs, acc, epi, extra, trans, npad, fr, jf, cols, part);
+    return;
+  }}
   /* split rows share one packing of B (per image: every k block, all panels) instead of each packing it again */
   float* shared = rtasks > 1 ? plait_team_shared((size_t)(nb * k * npad)) : 0; /* a team step: the run's buffer */
   if (rtasks > 1 && !shared) {{ /* run alone: one thread's buffer, its address given to the whole team */
