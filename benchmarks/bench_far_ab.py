@@ -1,10 +1,10 @@
 """A/B of cpu kernel constants at two threads, split by where the host has placed the guest's two vCPUs: "near"
 (they share an L3: a cache line's round trip between CPU 0 and CPU 1 takes ~100 ns) or "far" (separate L3s, another
 CCD: ~450 ns). The placement switches every few seconds to minutes on the Zen 5 KVM guest, so one process builds
-the benchmark CNN's plan twice (A: the constants given, B: another set, by default as they are), runs windows of
-stamped team replays of A and B in turn, measures the round trip before and after each window pair and files the
-pair under near or far when both agree. Per mode: the replay medians of A and B, and per kernel kind the summed
-step spans (bench_team_steps.py's numbers) of both plans, most changed first.
+the benchmark CNN's plan twice or more (A: the constants given, B: another set, by default as they are; --more: C,
+D, ...), runs a window of stamped team replays of each plan in turn, measures the round trip before and after each
+round of windows and files the round under near or far when both agree. Per mode: the replay medians of each plan
+against A's, and per kernel kind the summed step spans (bench_team_steps.py's numbers), most changed first.
 
     OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2 PLAIT_NUM_THREADS=2 .venv/bin/python \\
         benchmarks/bench_far_ab.py resnet50 --a KSPLIT=0 --windows 40
@@ -180,6 +180,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--a", default="", help="plan A's constants: NAME=literal (gemm_c's) or MODULE.NAME=literal")
     ap.add_argument("--b", default="", help="plan B's constants (default: as they are)")
+    ap.add_argument("--more", nargs="*", default=[], help="plans C, D, ...: more sets of constants, each against A")
     ap.add_argument("--windows", type=int, default=40, help="window pairs (one window of A, one of B)")
     ap.add_argument("--replays", type=int, default=15, help="stamped replays per window")
     ap.add_argument("--near", type=float, default=250.0, help="a pair is near when both round trips are below (ns)")
@@ -193,60 +194,73 @@ def main() -> None:
         probe(lib, args.seconds)
         return
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
-    builds = [build(args.model, x, parse(args.a)), build(args.model, x, parse(args.b))]
-    diff = float(np.abs(builds[0][2] - builds[1][2]).max())
+    variants = [args.a, args.b, *args.more]
+    names = [chr(ord("A") + i) for i in range(len(variants))]
+    builds = [build(args.model, x, parse(v)) for v in variants]
+    diff = max(float(np.abs(b[2] - builds[0][2]).max()) for b in builds)
     kinds = [k.name.rsplit("_", 1)[0] for k in builds[0][0].kernels]
-    assert kinds == [k.name.rsplit("_", 1)[0] for k in builds[1][0].kernels], "the plans' kernels differ"
+    for b in builds:
+        assert kinds == [k.name.rsplit("_", 1)[0] for k in b[0].kernels], "the plans' kernels differ"
     load0, steal0, t0 = os.getloadavg()[0], steal_ticks(), time.time()
-    got: dict[str, list[list[tuple[dict[str, np.ndarray], list[float]]]]] = {"near": [[], []], "far": [[], []]}
+    got: dict[str, list[list[tuple[dict[str, np.ndarray], list[float]]]]] = {
+        mode: [[] for _ in variants] for mode in ("near", "far")
+    }
     other = 0
     for w in range(args.windows):
         r0 = round_trip(lib)
         res = {}
-        for v in (0, 1) if w % 2 == 0 else (1, 0):
+        for i in range(len(variants)):  # each plan first in turn
+            v = (w + i) % len(variants)
             plan, run, _ = builds[v]
             st, walls = replays(plan.device, run, args.replays, 0.0)
             res[v] = (per_step(st), walls)
         r1 = round_trip(lib)
         mode = "near" if max(r0, r1) < args.near else "far" if min(r0, r1) > args.far else ""
         print(
-            f"window {w:3d}: round trip {r0:5.0f}/{r1:5.0f} ns {mode:4s}  replay median A {np.median(res[0][1]):6.2f}"
-            f" B {np.median(res[1][1]):6.2f} ms",
+            f"window {w:3d}: round trip {r0:5.0f}/{r1:5.0f} ns {mode:4s}  replay median "
+            + " ".join(f"{names[v]} {np.median(res[v][1]):6.2f}" for v in range(len(variants)))
+            + " ms",
             flush=True,
         )
         if mode:
-            for v in (0, 1):
+            for v in range(len(variants)):
                 got[mode][v].append(res[v])
         else:
             other += 1
     secs = time.time() - t0
     print(
-        f"{args.model} b{args.batch}: A = {args.a or 'as they are'}, B = {args.b or 'as they are'}; outputs differ by "
+        f"{args.model} b{args.batch}: "
+        + ", ".join(f"{names[v]} = {variants[v] or 'as they are'}" for v in range(len(variants)))
+        + "; outputs differ by "
         f"{diff:.2e}; load {load0:.2f} -> {os.getloadavg()[0]:.2f}, steal {steal_ticks() - steal0} ticks in "
         f"{secs:.0f} s; {other} windows unclassified"
     )
-    for mode, (wa, wb) in got.items():
-        if not wa:
+    for mode, per in got.items():
+        if not per[0]:
             print(f"{mode}: no windows")
             continue
-        ma = [float(np.median(w)) for _, w in wa]
-        mb = [float(np.median(w)) for _, w in wb]
-        pa = np.concatenate([w for _, w in wa])
-        pb = np.concatenate([w for _, w in wb])
-        ratio = np.array(mb) / np.array(ma)
+        wa = per[0]
+        ma = np.array([float(np.median(w)) for _, w in wa])
+        span_a = np.mean([s["span"] for s, _ in wa], axis=0)
         print(
-            f"{mode} ({len(wa)} window pairs): replay median A {np.median(pa):.2f} B {np.median(pb):.2f} ms (pooled), "
-            f"per pair B/A median {np.median(ratio):.3f} (B faster in {int((ratio < 1).sum())} of {len(ratio)})"
+            f"{mode} ({len(wa)} windows each): A replay median {np.median(np.concatenate([w for _, w in wa])):.2f} ms"
         )
-        span = [np.mean([s["span"] for s, _ in ws], axis=0) for ws in (wa, wb)]
-        print(f"  step spans summed: A {span[0].sum():.2f} B {span[1].sum():.2f} ms")
-        agg: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
-        for i, k in enumerate(kinds):
-            agg[k][0] += float(span[0][i])
-            agg[k][1] += float(span[1][i])
-            agg[k][2] += 1
-        for k, (a, b, n) in sorted(agg.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[: args.top]:
-            print(f"    {k:34s} x{int(n):2d}  A {a:6.3f}  B {b:6.3f}  B-A {b - a:+6.3f} ms")
+        for v in range(1, len(variants)):
+            wb = per[v]
+            ratio = np.array([float(np.median(w)) for _, w in wb]) / ma
+            span_b = np.mean([s["span"] for s, _ in wb], axis=0)
+            print(
+                f"  {names[v]}: replay median {np.median(np.concatenate([w for _, w in wb])):.2f} ms (pooled), per "
+                f"window {names[v]}/A median {np.median(ratio):.3f} ({names[v]} faster in {int((ratio < 1).sum())} of "
+                f"{len(ratio)}); step spans summed A {span_a.sum():.2f} {names[v]} {span_b.sum():.2f} ms"
+            )
+            agg: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+            for i, k in enumerate(kinds):
+                agg[k][0] += float(span_a[i])
+                agg[k][1] += float(span_b[i])
+                agg[k][2] += 1
+            for k, (a, b, n) in sorted(agg.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[: args.top]:
+                print(f"    {k:34s} x{int(n):2d}  A {a:6.3f}  {names[v]} {b:6.3f}  {names[v]}-A {b - a:+6.3f} ms")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,13 @@ U_CACHED = 1 << 20  # bytes of transformed weights that stay in L2 from one tile
 # elements ahead lost to one (1.4%), the L2 hint to L1 (2.4%)
 U_AHEAD = 1
 U_LOCALITY = 3
+# V is shared by the team: each thread transforms a share of the channels and every product task reads all of it, so
+# a call's transform writes lines the other core read in the last call. Each channel's transform first asks for its
+# lines with write intent (prefetchw), so that taking them from the other core overlaps the gather instead of
+# stalling the stores: when the host places the two vCPUs on different CCDs (no shared L3) that costs ~5 ns a line
+# more than a local write. resnet50 b1 two threads, benchmarks/bench_far_ab.py: far placement 21.75 -> 21.41 ms
+# (layer3's 14x14 F(2,3) layers 2.61 -> 2.49 ms), near 18.85 -> 18.88 ms (docs/benchmarks.md).
+V_PREFETCHW = True
 
 
 @dataclass(frozen=True)
@@ -389,6 +396,9 @@ __attribute__((noinline)) static void plait_wino_in_{f}(const float* x, const pl
   int pp = tbp + 16, chunks = (tw + 15) / 16, pitch = chunks * {16 * m} + 16, wp = tw * {m} + {al - m};
   long xs = (long)(tbp / nr) * g->c * nr + PLAIT_WINO_SKEW;
   float P[{al * al} * pp] __attribute__((aligned(64))), rb[{al} * pitch] __attribute__((aligned(64)));
+  if ({int(V_PREFETCHW)}) /* this channel's lines of V, with write intent (V_PREFETCHW) */
+    for (int j = 0; j < used; j += 16)
+      for (int e = 0; e < {al * al}; e++) __builtin_prefetch(V + ((long)(j / nr) * g->c + c) * nr + j % nr + e * xs, 1, 3);
   for (int u = 0; u < {al}; u++) memset(rb + u * pitch + wp, 0, sizeof(float) * (pitch - wp)); /* read, never used */
   for (long R = r0; R < r1; R++) {{
     int n = (int)(R / g->th), ty = (int)(R % g->th), jb = (int)(R - r0) * tw;
