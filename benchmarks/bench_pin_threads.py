@@ -54,7 +54,7 @@ def main() -> None:
         for _ in range(a.rounds):
             for pin in (1, 0):
                 env = dict(os.environ, PLAIT_NUM_THREADS=str(n), OMP_NUM_THREADS=str(n), PLAIT_PIN_THREADS=str(pin))
-                env["OMP_WAIT_POLICY"] = "PASSIVE"
+                env["OMP_WAIT_POLICY"], env["PLAIT_DEVICE"] = "PASSIVE", "cpu"
                 out = subprocess.run(
                     [sys.executable, "-c", CHILD, here, a.model, str(a.batch)],
                     env=env,

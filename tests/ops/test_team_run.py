@@ -251,7 +251,7 @@ sys.path.insert(0, {root!r})
 import numpy as np
 import plait
 import plait.nn.functional as F
-w = plait.tensor(np.ones((64, 16, 3, 3), np.float32) / 9)
+w = plait.tensor(np.ones((64, 16, 3, 3), np.float32) / 9, device="cpu")
 f = plait.jit(lambda t: F.conv2d(t, w, None, padding=1).relu().mean(axis=(2, 3)), device="cpu")
 x = np.ones((1, 16, 40, 40), np.float32)
 for _ in range(3):
