@@ -48,8 +48,11 @@ FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot
 # other thread wrote it, and written again next call while the other still holds a copy (~1.2 and ~5 ns a line more
 # than a local line, benchmarks/bench_far_ab.py). A product whose packed B is much larger than C (resnet50's layer4
 # 3x3: B 4608 x 48 packed, C 512 x 49) instead splits k between the threads: each packs and multiplies its own share
-# of k in private buffers, and the partial products (C's size) are summed once, each thread summing its half of the
-# rows and running their epilogue.
+# of k in private buffers, and the partial products (C's size) are summed once, each thread owning half of C's rows
+# (its product goes there directly, the other's partial is added) and running their epilogue. resnet50 b1 two
+# threads, benchmarks/bench_far_ab.py: far placement 21.99 -> 21.47 ms (the layer4 3x3s 2.42 -> 2.07 ms), near
+# 18.70 -> 18.60 ms. Splitting k also for column-split products with k x npad > 4.5 m x n (resnet50's 256x196x1024)
+# lost: near +1.3%, far -2.0% against -2.4% without (docs/benchmarks.md).
 KSPLIT = True
 
 
@@ -516,17 +519,20 @@ static void plait_tile_{t}(int kc, const float* at, long lda, const float* bp, f
 }}
 
 /* One product (batch 1) with k split between the team's threads (KSPLIT): thread t packs rows [k t / nth,
-   k (t + 1) / nth) of B into its own buffer and multiplies them with the same columns of A, thread 0 into C (added
-   to C's entry value with acc), thread t > 0 into part + (t - 1) m n (C's layout). After a barrier each thread sums
-   the partial products into its share of C's rows and runs their epilogue. */
+   k (t + 1) / nth) of B into its own buffer and multiplies them with the same columns of A. C's row blocks are dealt
+   out to the threads as owners: an owner's product goes straight into C (added to C's entry value with acc), every
+   other thread's into its own slab part + t m n (C's layout). After a barrier each owner adds the others' slabs to
+   its rows and runs their epilogue, so each line of C is written by one thread only. */
 static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam, long sak, const float* B, long sbk,
                                    long sbn, const plait_win* win, float* C, long rs, long cs, int acc,
                                    plait_epi_fn epi, void* const* extra, int trans, long npad, int fr, long jf,
                                    long cols, float* part) {{
-  int nth = omp_get_num_threads(), me = omp_get_thread_num();
-  int k0 = (int)((long)k * me / nth), kc = (int)((long)k * (me + 1) / nth) - k0, add = me == 0 && acc;
+  int nth = omp_get_num_threads(), me = omp_get_thread_num(), blocks = (m + {mr - 1}) / {mr};
+  int k0 = (int)((long)k * me / nth), kc = (int)((long)k * (me + 1) / nth) - k0;
+  int o0 = (int)((long)blocks * me / nth) * {mr}, o1 = (int)((long)blocks * (me + 1) / nth) * {mr};
+  if (o1 > m) o1 = m;
   long ldf = (kc + 15) / 16 * 16;
-  float* c = me ? part + (size_t)(me - 1) * m * n : C;
+  float* mine = part + (size_t)me * m * n;
   float* bp = plait_scratch((size_t)kc * npad + (size_t)kc * {mr} + (fr ? (size_t)ldf * 4 + {(mr + 3) // 4 * 4 * 64} : 0));
   float* ap = bp + (size_t)kc * npad;
   float* fb = ap + (size_t)kc * {mr};
@@ -535,7 +541,8 @@ static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam
   plait_pack(B, 0, 0, 1, 0, sbk, sbn, win, k0, kc, kc, 0, jend, n, {nr}, bp);
   if (fr) plait_fringe_cols(B, sbk, sbn, win, k0, kc, jf, fr, fb, ldf);
   for (int ii = 0; ii < m; ii += {mr}) {{
-    int mr = m - ii < {mr} ? m - ii : {mr};
+    int mr = m - ii < {mr} ? m - ii : {mr}, own = ii >= o0 && ii < o1, add = own && acc;
+    float* c = own ? C : mine;
     const float* at = A + (long)ii * sam + k0;
     long lda = sam;
     if (sak != 1 || mr < {mr}) {{ /* rows not contiguous along k, or a partial last block: packed, zero-padded */
@@ -552,12 +559,12 @@ static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam
     }}
     if (fr) plait_fringe(fr, kc, at, lda, fb, ldf, fpart, 1, 1 << add, c + ii * rs + jf * cs, rs, cs, mr, 0);
   }}
-  plait_team_barrier(); /* every partial product is complete before any is summed */
-  int r0 = (int)((long)m * me / nth), r1 = (int)((long)m * (me + 1) / nth);
-  for (int i0 = r0; i0 < r1; i0 += {mr}) {{
-    int rows = r1 - i0 < {mr} ? r1 - i0 : {mr};
-    for (int t = 1; t < nth; t++) {{
-      const float* p = part + (size_t)(t - 1) * m * n;
+  plait_team_barrier(); /* every slab is complete before any is summed */
+  for (int i0 = o0; i0 < o1; i0 += {mr}) {{
+    int rows = o1 - i0 < {mr} ? o1 - i0 : {mr};
+    for (int t = 0; t < nth; t++) {{
+      const float* p = part + (size_t)t * m * n;
+      if (t == me) continue;
       for (int i = i0; i < i0 + rows; i++)
 #pragma omp simd
         for (int j = 0; j < n; j++) C[i * rs + j * cs] += p[i * rs + j * cs];
@@ -606,10 +613,10 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   /* k split between the threads (KSPLIT) where split rows would share a packed B much larger than C */
   if ({int(KSPLIT)} && rtasks > 1 && nth > 1 && nb == 1 && !images && !sc && ctasks == 1 &&
       (long)k * npad > 2L * m * n && k >= 64 * nth) {{
-    float* part = plait_team_shared((size_t)(nth - 1) * m * n);
+    float* part = plait_team_shared((size_t)nth * m * n);
     if (!part) {{
 #pragma omp single copyprivate(part)
-      part = plait_shared_scratch((size_t)(nth - 1) * m * n);
+      part = plait_shared_scratch((size_t)nth * m * n);
     }}
     plait_sgemm_ksplit_{t}(m, n, k, A, sam, sak, B, sbk, sbn, win, C, rs, cs, acc, epi, extra, trans, npad, fr, jf, cols, part);
     return;
