@@ -54,6 +54,11 @@ FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot
 # 18.70 -> 18.60 ms. Splitting k also for column-split products with k x npad > 4.5 m x n (resnet50's 256x196x1024)
 # lost: near +1.3%, far -2.0% against -2.4% without (docs/benchmarks.md).
 KSPLIT = True
+# The team size that cpu kernel choices are balanced for wherever a static split makes the busier thread the critical
+# path: Winograd's register tiles (winograd_c.TEAM_SPLIT), the pointwise lanes tiles (pointwise_c.LANES_SPLIT), the
+# stem's pooled bands (stem_pool_c.THREADS). Issue 8's cpu target runs 2 threads; kernels compute right at any count,
+# only their balance is priced for this one (pricing by the run's own count would need measuring at other counts).
+PRICED_THREADS = 2
 
 
 GEMV_ROWS = 16  # at most this many rows run as a weight-streaming product when B is large ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from plait.codegen.gemm_c import VW
+from plait.codegen.gemm_c import PRICED_THREADS, VW
 
 MAX_ROWS = 32  # products with at most this many rows take this kernel (measured: docs/benchmarks.md)
 MIN_COLS = 512  # ... and at least this many columns per product (narrower ones merge images in the GEMM)
@@ -226,7 +226,7 @@ LANES_KC = 256  # input channels per k block
 LANES_TILES = {(7, 3): 1.0, (8, 3): 1.0, (7, 4): 1.02, (6, 4): 1.05, (12, 2): 1.1}
 # the team's threads a tile's work is priced to split evenly over: resnet50 b1's 2048x49 products took 7x3 (43
 # panels of 48 channels, 21:22 between two threads; 7x4: 32 panels, 16:16)
-LANES_SPLIT = 2
+LANES_SPLIT = PRICED_THREADS
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from plait.codegen.pointwise_c import LanesPlan
 from plait.codegen.pool_c import PoolGeometry
 
 POOL_ROWS = 4  # most pooled rows per task (resnet b1: 14 tasks, so both threads get 7)
-THREADS = 2  # the cpu target's threads (issue 8), whose rows band_rows balances
+THREADS = gemm_c.PRICED_THREADS  # the threads whose rows band_rows balances (gemm_c.PRICED_THREADS)
 # the bands' OpenMP schedule. The stem is a replay's first step and waits at no barrier, but after an idle pause the
 # team's second thread (asleep, OMP_WAIT_POLICY=PASSIVE) joins it 0.8-1.4 ms late on the Zen 5 KVM guest: under a
 # static split the first thread then waited 0.9 ms at the next step's barrier; guided chunks (half the bands, then

@@ -247,7 +247,7 @@ SHALLOW_C = 64  # products over at most this many input channels avoid the 24x1 
 SMALL_BLOCK_COST = {24: 1.33, 12: 1.0, 8: 1.0, 6: 1.05}
 # the team's threads that a layer's product tasks (blocks x row groups) are priced to split evenly over: resnet50 b1's
 # 128-channel 28x28 F(4,3) took 12x2 (11 tasks, 6:5 over two threads: the second waited 0.05 ms per layer)
-TEAM_SPLIT = 2
+TEAM_SPLIT = gemm_c.PRICED_THREADS
 
 
 def _tile_factor(mr: int, c: int, tiles: int, layer_tiles: int) -> float:
