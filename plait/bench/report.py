@@ -75,6 +75,16 @@ def _notes(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def _pair_line(result: dict[str, Any]) -> list[str]:
+    """How far apart the host placed the first two CPUs at the start and end (plait.bench.env.cpu_pair_ns), when
+    measured: on a virtual machine two-thread timings move with it."""
+    start, end = result.get("cpu_pair_ns_start"), result["environment"]["host"].get("cpu_pair_ns_end")
+    if start is None and end is None:
+        return []
+    ns = " / ".join("n/a" if v is None else f"{v:.0f}" for v in (start, end))
+    return [f"CPU pair round trip {ns} ns at start / end (a cache line between the first two CPUs)"]
+
+
 def summary_lines(result: dict[str, Any]) -> list[str]:
     env, s = result["environment"], result["settings"]
     devices = ", ".join(f"{k} ({v['name']})" for k, v in env["plait_devices"].items()) or "none"
@@ -82,6 +92,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         f"date {env['date']}; host {env['host']['cpu']} ({env['host']['cores']} cores)"
         + (f", GPU {env['host']['nvidia']}" if env["host"].get("nvidia") else "")
         + (f"; load average {result['load_average_start']} at start" if result.get("load_average_start") else ""),
+        *_pair_line(result),
         f"plait devices: {devices}",
         "versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
         f"{s['dtype']}, {s['layout']}, {env['threads']} threads (OMP_WAIT_POLICY={env['thread_env']['OMP_WAIT_POLICY']}),"

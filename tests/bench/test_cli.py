@@ -78,6 +78,7 @@ def test_run_and_check(tiny: BenchModel, tmp_path: Path, capsys: pytest.CaptureF
     pairs = [result["cpu_pair_ns_start"], result["environment"]["host"]["cpu_pair_ns_end"]]
     if len(os.sched_getaffinity(0)) >= 2:  # the host's placement of two CPUs is part of the record
         assert all(isinstance(ns, float) and ns > 0 for ns in pairs)
+        assert "CPU pair round trip" in (out / "results.md").read_text()
     else:
         assert pairs == [None, None]
     s = result["settings"]
