@@ -35,12 +35,13 @@ from bench_onnx import MODELS, twin
 from bench_team_steps import per_step, steal_ticks
 from bench_team_steps_pause import replays
 
+from plait.bench.env import cpu_pair_ns
 from plait.codegen import gemm_c
 from plait.runtime.cpu_team import TeamRun
 
-# Round trip of a cache line between a thread on CPU 0 and one on CPU 1 (pingpong), and what a 1 MB buffer costs per
-# 64-byte line on CPU 0 (line_costs: reading it after CPU 1 wrote it or after CPU 0 did; writing it again after CPU 1
-# read a copy or after nobody else did).
+# What a 1 MB buffer costs per 64-byte line on CPU 0 (line_cost: reading it after CPU 1 wrote it or after CPU 0 did;
+# writing it again after CPU 1 read a copy or after nobody else did). The round trip between the two CPUs is
+# plait.bench.env.cpu_pair_ns.
 PROBE = r"""
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -48,30 +49,8 @@ PROBE = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-static volatile int flag __attribute__((aligned(64)));
-static int rounds;
 static void pin(int c) { cpu_set_t s; CPU_ZERO(&s); CPU_SET(c, &s); sched_setaffinity(0, sizeof s, &s); }
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-static void* echo(void* unused) {
-  pin(1);
-  for (int i = 0; i < rounds; i++) {
-    while (__atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 2 * i + 1) {}
-    __atomic_store_n(&flag, 2 * i + 2, __ATOMIC_RELEASE);
-  }
-  return unused;
-}
-double pingpong(int n) { /* ns a round trip; pins the caller to CPU 0 */
-  rounds = n; flag = 0; pin(0);
-  pthread_t th; pthread_create(&th, 0, echo, 0);
-  double t = now();
-  for (int i = 0; i < n; i++) {
-    __atomic_store_n(&flag, 2 * i + 1, __ATOMIC_RELEASE);
-    while (__atomic_load_n(&flag, __ATOMIC_ACQUIRE) != 2 * i + 2) {}
-  }
-  double rt = (now() - t) / n * 1e9;
-  pthread_join(th, 0);
-  return rt;
-}
 static float* buf; static long nf; static pthread_barrier_t bar; static volatile float sink; static int mode;
 static double took;
 static void wr(float v) { for (long i = 0; i < nf; i++) buf[i] = v + (float)i; }
@@ -112,17 +91,13 @@ def probe_lib() -> Any:
         check=True,
     )
     lib = ctypes.CDLL(str(folder / "probe.so"))
-    lib.pingpong.restype = lib.line_cost.restype = ctypes.c_double
+    lib.line_cost.restype = ctypes.c_double
     return lib
 
 
-def round_trip(lib: Any, n: int = 30000) -> float:
-    """ns of a cache line's round trip between CPU 0 and CPU 1 (the calling thread's CPUs restored after)."""
-    cpus = os.sched_getaffinity(0)
-    try:
-        return float(lib.pingpong(n))
-    finally:
-        os.sched_setaffinity(0, cpus)
+def round_trip(lib: Any) -> float:
+    """ns of a cache line's round trip between the first two CPUs (plait.bench.env.cpu_pair_ns; `lib` unused)."""
+    return cpu_pair_ns() or float("nan")
 
 
 def parse(text: str) -> dict[str, Any]:
