@@ -7,9 +7,6 @@ PyTorch in float64."""
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -18,17 +15,6 @@ import plait
 import plait.nn.functional as F
 from plait.codegen import winograd_c
 from plait.schedule.plan import read, run_launches
-
-_GOMP = ctypes.CDLL("libgomp.so.1")
-
-
-@pytest.fixture(params=[1, 2, 3], ids=["1-thread", "2-threads", "3-threads"])
-def team_size(request: pytest.FixtureRequest) -> Iterator[int]:
-    """Regions opened from the test's thread (standalone kernels and team runs) use `request.param` threads."""
-    before = _GOMP.omp_get_max_threads()
-    _GOMP.omp_set_num_threads(request.param)
-    yield request.param
-    _GOMP.omp_set_num_threads(before)
 
 
 def _t(a: np.ndarray) -> torch.Tensor:

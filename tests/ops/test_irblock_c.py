@@ -6,7 +6,6 @@ starting or ending inside a packed panel of 48, a thread with no rows or no chan
 that keep the three kernels: weights passed per call (a training step's), an expanded tensor someone else reads,
 expanded channels that are not whole panels of 48."""
 
-import ctypes
 from collections.abc import Iterator
 
 import numpy as np
@@ -17,17 +16,14 @@ import plait
 import plait.nn.functional as F
 from plait.schedule.plan import read, run_launches
 from tests.helpers import assert_close, rand
-
-_GOMP = ctypes.CDLL("libgomp.so.1")
+from tests.ops.conftest import omp_threads
 
 
 @pytest.fixture(params=[1, 2, 4], ids=["1-thread", "2-threads", "4-threads"])
 def team_size(request: pytest.FixtureRequest) -> Iterator[int]:
     """Regions opened from the test's thread (standalone kernels and team runs) use `request.param` threads."""
-    before = _GOMP.omp_get_max_threads()
-    _GOMP.omp_set_num_threads(request.param)
-    yield request.param
-    _GOMP.omp_set_num_threads(before)
+    with omp_threads(request.param) as n:
+        yield n
 
 
 def _weights(cin: int, c1: int, m2: int) -> list[np.ndarray]:

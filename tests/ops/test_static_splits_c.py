@@ -5,9 +5,6 @@ product gives PyTorch's result, as one team run and kernel by kernel alike."""
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -16,17 +13,6 @@ import plait
 import plait.nn.functional as F
 from plait.schedule import irblock
 from plait.schedule.plan import read, run_launches
-
-_GOMP = ctypes.CDLL("libgomp.so.1")
-
-
-@pytest.fixture(params=[1, 2, 3], ids=["1-thread", "2-threads", "3-threads"])
-def team_size(request: pytest.FixtureRequest) -> Iterator[int]:
-    """Regions opened from the test's thread (standalone kernels and team runs) use `request.param` threads."""
-    before = _GOMP.omp_get_max_threads()
-    _GOMP.omp_set_num_threads(request.param)
-    yield request.param
-    _GOMP.omp_set_num_threads(before)
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
