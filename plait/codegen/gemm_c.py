@@ -61,6 +61,18 @@ KSPLIT = True
 PRICED_THREADS = 2
 
 
+def static_busiest(work: list[int], threads: int) -> int:
+    """The busiest thread's work when OpenMP's static schedule (no chunk size) deals the tasks `work` out to
+    `threads` threads, as libgomp does: contiguous runs, the first len(work) % threads threads one task more."""
+    base, extra = divmod(len(work), threads)
+    busiest, i = 0, 0
+    for th in range(threads):
+        n = base + (th < extra)
+        busiest = max(busiest, sum(work[i : i + n]))
+        i += n
+    return busiest
+
+
 GEMV_ROWS = 16  # at most this many rows run as a weight-streaming product when B is large ...
 GEMV_B_ELEMENTS = 1 << 20  # ... at least this many elements (4 MB: out of L2, so reading it once is what counts)
 
@@ -1213,23 +1225,29 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
 """
 
 
+def shuffle_pair(step: int, lo: list[int], hi: list[int], itype: str) -> str:
+    """C statements making `lo` and `hi`, each a two-source shuffle of the rows r[i] and r[i + step] by a 16-lane
+    mask, spelled for clang (__builtin_shufflevector) and for gcc (__builtin_shuffle with an `itype` mask vector)."""
+    out = []
+    for name, mask in (("lo", lo), ("hi", hi)):
+        idx = ", ".join(map(str, mask))
+        out.append(
+            f"#if defined(__clang__)\n      plait_v16 {name} = __builtin_shufflevector(r[i], r[i + {step}], {idx});\n"
+            f"#else\n      plait_v16 {name} = __builtin_shuffle(r[i], r[i + {step}], ({itype}){{{idx}}});\n#endif\n"
+        )
+    return "".join(out)
+
+
 def _transpose16() -> str:
     """The body of plait_transpose16: four stages, stage B exchanging bit B of the row and the column index
-    between the rows i and i + B (one two-source shuffle per row and stage), with the masks spelled for gcc
-    (__builtin_shuffle) and clang (__builtin_shufflevector)."""
+    between the rows i and i + B (one two-source shuffle per row and stage, shuffle_pair)."""
     lines = []
     for b in (8, 4, 2, 1):
         lo = [c if not c & b else 16 + c - b for c in range(16)]
         hi = [c + b if not c & b else 16 + c for c in range(16)]
-        shuffles = []
-        for name, mask in (("lo", lo), ("hi", hi)):
-            idx = ", ".join(map(str, mask))
-            shuffles.append(
-                f"#if defined(__clang__)\n      plait_v16 {name} = __builtin_shufflevector(r[i], r[i + {b}], {idx});\n"
-                f"#else\n      plait_v16 {name} = __builtin_shuffle(r[i], r[i + {b}], (plait_i16){{{idx}}});\n#endif\n"
-            )
+        shuffles = shuffle_pair(b, lo, hi, "plait_i16")
         lines.append(
-            f"#pragma GCC unroll 16\n  for (int i = 0; i < 16; i++)\n    if (!(i & {b})) {{\n{''.join(shuffles)}"
+            f"#pragma GCC unroll 16\n  for (int i = 0; i < 16; i++)\n    if (!(i & {b})) {{\n{shuffles}"
             f"      r[i] = lo;\n      r[i + {b}] = hi;\n    }}\n"
         )
     return "".join(lines)

@@ -138,16 +138,9 @@ def _transpose_stages() -> str:
         hi = [lane | b if not lane & b else 16 + lane for lane in range(16)]
         if s == 2:
             lo, hi = [lo[i] for i in order], [hi[i] for i in order]
-        shuffles = []
-        for name, mask in (("lo", lo), ("hi", hi)):
-            idx = ", ".join(map(str, mask))
-            shuffles.append(
-                f"#if defined(__clang__)\n      plait_v16 {name} = __builtin_shufflevector(r[i], r[i + {1 << s}], {idx});\n"
-                f"#else\n      plait_v16 {name} = __builtin_shuffle(r[i], r[i + {1 << s}], (plait_irb_i16){{{idx}}});\n"
-                "#endif\n"
-            )
+        shuffles = gemm_c.shuffle_pair(1 << s, lo, hi, "plait_irb_i16")
         out.append(
-            f"#pragma GCC unroll 8\n    for (int i = 0; i < 8; i++)\n      if (!(i & {1 << s})) {{\n{''.join(shuffles)}"
+            f"#pragma GCC unroll 8\n    for (int i = 0; i < 8; i++)\n      if (!(i & {1 << s})) {{\n{shuffles}"
             f"        r[i] = lo;\n        r[i + {1 << s}] = hi;\n      }}\n"
         )
     return "".join(out)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from plait.codegen.gemm_c import PRICED_THREADS, VW
+from plait.codegen.gemm_c import PRICED_THREADS, VW, static_busiest
 
 MAX_ROWS = 32  # products with at most this many rows take this kernel (measured: docs/benchmarks.md)
 MIN_COLS = 512  # ... and at least this many columns per product (narrower ones merge images in the GEMM)
@@ -264,20 +264,12 @@ def _lanes_split_loss(panels: int, tiles: int) -> float:
     want = 4 * LANES_SPLIT
     chunks = min(want, panels)
     per = min(-(-want // chunks), tiles)
-    tasks = chunks * per
     work = [
         (panels * (c + 1) // chunks - panels * c // chunks) * (tiles * (q + 1) // per - tiles * q // per)
         for c in range(chunks)
         for q in range(per)
     ]
-    # libgomp's static schedule: contiguous runs, the first tasks % threads threads one task more
-    base, extra = divmod(tasks, LANES_SPLIT)
-    shares, i = [], 0
-    for th in range(LANES_SPLIT):
-        n = base + (th < extra)
-        shares.append(sum(work[i : i + n]))
-        i += n
-    return max(shares) * LANES_SPLIT / (panels * tiles)
+    return static_busiest(work, LANES_SPLIT) * LANES_SPLIT / (panels * tiles)
 
 
 def lanes_plan(spec: Any) -> LanesPlan:

@@ -44,11 +44,7 @@ def band_rows(batch: int, rows: int) -> int:
 
     def busiest(pb: int) -> int:
         bands = -(-rows // pb)
-        per = -(-batch * bands // THREADS)
-        load = [0] * THREADS
-        for task in range(batch * bands):
-            load[task // per] += min(pb, rows - task % bands * pb)
-        return max(load)
+        return gemm_c.static_busiest([min(pb, rows - task % bands * pb) for task in range(batch * bands)], THREADS)
 
     return min(range(POOL_ROWS, 0, -1), key=busiest)
 

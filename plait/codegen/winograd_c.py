@@ -270,7 +270,7 @@ def _tile_factor(mr: int, c: int, tiles: int, layer_tiles: int) -> float:
 def _split_loss(tasks: int) -> float:
     """How much longer than an even share the busiest of TEAM_SPLIT threads runs on `tasks` equal product tasks
     (statically split: ceil(tasks / threads) against tasks / threads)."""
-    return -(-tasks // TEAM_SPLIT) * TEAM_SPLIT / tasks
+    return gemm_c.static_busiest([1] * tasks, TEAM_SPLIT) * TEAM_SPLIT / tasks
 
 
 def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
