@@ -83,7 +83,8 @@ MODULES = ("gemm_c", "winograd_c", "pointwise_c")
 
 
 def probe_lib() -> Any:
-    """The probe above, compiled once into a temporary folder."""
+    """The probe above, compiled once into a temporary folder at -O2 (the cpu device's -O3 -march=native would
+    vectorise the line loops, and the costs docs/benchmarks.md quotes are per scalar access)."""
     folder = Path(tempfile.mkdtemp())
     (folder / "probe.c").write_text(PROBE)
     subprocess.run(
@@ -95,8 +96,8 @@ def probe_lib() -> Any:
     return lib
 
 
-def round_trip(lib: Any) -> float:
-    """ns of a cache line's round trip between the first two CPUs (plait.bench.env.cpu_pair_ns; `lib` unused)."""
+def round_trip() -> float:
+    """ns of a cache line's round trip between the first two CPUs (plait.bench.env.cpu_pair_ns)."""
     return cpu_pair_ns() or float("nan")
 
 
@@ -134,13 +135,14 @@ def build(model: str, x: np.ndarray, patches: dict[str, Any]) -> tuple[Any, Team
     return plan, runs[0], y
 
 
-def probe(lib: Any, seconds: float) -> None:
+def probe(seconds: float) -> None:
     """Round trips and line costs every half second for `seconds`."""
+    lib = probe_lib()
     end = time.time() + seconds
     while time.time() < end:
-        r0 = round_trip(lib)
+        r0 = round_trip()
         costs = [lib.line_cost(m) for m in range(4)]
-        r1 = round_trip(lib)
+        r1 = round_trip()
         print(
             f"round trip {r0:5.0f}/{r1:5.0f} ns; per line: read after the other wrote {costs[0]:.2f}, after self "
             f"{costs[1]:.2f}; write after the other read {costs[2]:.2f}, after self {costs[3]:.2f} ns",
@@ -164,9 +166,8 @@ def main() -> None:
     ap.add_argument("--probe", action="store_true", help="only print round trips and line costs")
     ap.add_argument("--seconds", type=float, default=60.0)
     args = ap.parse_args()
-    lib = probe_lib()
     if args.probe:
-        probe(lib, args.seconds)
+        probe(args.seconds)
         return
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     variants = [args.a, args.b, *args.more]
@@ -182,14 +183,14 @@ def main() -> None:
     }
     other = 0
     for w in range(args.windows):
-        r0 = round_trip(lib)
+        r0 = round_trip()
         res = {}
         for i in range(len(variants)):  # each plan first in turn
             v = (w + i) % len(variants)
             plan, run, _ = builds[v]
             st, walls = replays(plan.device, run, args.replays, 0.0)
             res[v] = (per_step(st), walls)
-        r1 = round_trip(lib)
+        r1 = round_trip()
         mode = "near" if max(r0, r1) < args.near else "far" if min(r0, r1) > args.far else ""
         print(
             f"window {w:3d}: round trip {r0:5.0f}/{r1:5.0f} ns {mode:4s}  replay median "

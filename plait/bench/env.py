@@ -12,9 +12,7 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 
@@ -88,7 +86,7 @@ _PAIR_SOURCE = r"""
 #include <time.h>
 static volatile long flag __attribute__((aligned(64)));
 static volatile int go;
-typedef struct { int cpu, ok; long rounds, done; double ns; } side_t;
+typedef struct { int cpu, ok; long rounds; double ns; } side_t;
 static double now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -117,7 +115,6 @@ static void* first(void* arg) {
     if (i % 64 == 0 && now_ns() > until) break;
   }
   s->ns = (now_ns() - t0) / (i ? i : 1);
-  s->done = i;
   __atomic_store_n(&flag, -2, __ATOMIC_RELEASE);
   return 0;
 }
@@ -137,7 +134,7 @@ static void* second(void* arg) {
    pinned. */
 double host_pair_ns(int a, int b, int n) {
   pthread_t ta, tb;
-  side_t sa = {a, 0, n, 0, 0}, sb = {b, 0, n, 0, 0};
+  side_t sa = {a, 0, n, 0}, sb = {b, 0, n, 0};
   flag = 0;
   go = 0;
   pthread_create(&ta, 0, first, &sa);
@@ -154,23 +151,16 @@ double host_pair_ns(int a, int b, int n) {
 
 @functools.cache
 def _pair_lib() -> ctypes.CDLL | None:
-    from plait.errors import DeviceError
-    from plait.runtime.cpu import find_compiler
+    """The round-trip probe, built and loaded the way the cpu device builds its kernels (its compiler and flags,
+    cached on disk); None when the cpu device has no compiler or the build fails."""
+    from plait.errors import PlaitError
+    from plait.runtime import get_device
 
     try:
-        cc = find_compiler()
-    except DeviceError:
+        device = get_device("cpu")
+        lib = device._load(device._key(_PAIR_SOURCE), _PAIR_SOURCE)  # type: ignore[attr-defined]
+    except PlaitError:
         return None
-    folder = Path(tempfile.mkdtemp(prefix="plait-cpu-pair-"))
-    (folder / "pair.c").write_text(_PAIR_SOURCE)
-    built = subprocess.run(
-        [cc, "-O2", "-pthread", "-shared", "-fPIC", "-o", str(folder / "pair.so"), str(folder / "pair.c")],
-        capture_output=True,
-        check=False,
-    )
-    if built.returncode != 0:
-        return None
-    lib = ctypes.CDLL(str(folder / "pair.so"))
     lib.host_pair_ns.restype = ctypes.c_double
     lib.host_pair_ns.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
     return lib
