@@ -33,8 +33,8 @@ from plait.schedule import plan as plan_module
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import twin
 from bench_onnx_kernels import interleaved_kernel_times
-from bench_ort_modes import steal_ticks
 from bench_team_barrier import scheduling
+from bench_team_steps import steal_ticks
 
 
 def module_at(rev: str) -> Any:

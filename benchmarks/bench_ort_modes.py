@@ -24,14 +24,9 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import export
+from bench_team_steps import steal_ticks
 
 from plait.onnx import InferenceSession
-
-
-def steal_ticks() -> int:
-    """The host's cumulative steal ticks over all vCPUs."""
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8])
 
 
 def thread_cpus() -> dict[int, tuple[int, int]]:

@@ -71,9 +71,11 @@ def steal_ticks() -> int:
     return int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[8])
 
 
-def stamped_replays(device: object, run: TeamRun, threads: int, replays: int) -> tuple[np.ndarray, list[float]]:
-    """Replays of one team run at `threads` threads through the stamped runner: stamps (replays, steps, threads, 4)
-    and each replay's wall ms."""
+def stamped_replays(
+    device: object, run: TeamRun, threads: int, replays: int, pause: float = 0.0
+) -> tuple[np.ndarray, list[float]]:
+    """Replays of one team run at `threads` threads through the stamped runner, each after `pause` seconds of sleep:
+    stamps (replays, steps, threads, 4) and each replay's wall ms."""
     lib = device._load(device._key(STAMPED), STAMPED)  # type: ignore[attr-defined]
     fn = lib.plait_run_team_stamped
     fn.restype = None
@@ -83,6 +85,8 @@ def stamped_replays(device: object, run: TeamRun, threads: int, replays: int) ->
     out = np.zeros((replays, n, threads, 4), dtype=np.int64)
     walls = []
     for r in range(replays + 2):
+        if pause:
+            time.sleep(pause)
         st = np.zeros(n * threads * 4, dtype=np.int64)
         t0 = time.perf_counter()
         fn(n, run.fns, run.table, run.sync, ctypes.byref(run.cell), st.ctypes.data_as(ctypes.c_void_p))

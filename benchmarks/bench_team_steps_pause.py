@@ -10,40 +10,23 @@ the steps whose span grew most after the pause.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS
-from bench_team_steps import STAMPED, build, per_step, steal_ticks
+from bench_team_steps import build, per_step, stamped_replays, steal_ticks
 
 from plait.runtime.cpu_team import TeamRun
 
 
 def replays(device: object, run: TeamRun, count: int, pause: float) -> tuple[np.ndarray, list[float]]:
-    """`count` stamped replays at the team's thread count, each after `pause` seconds of sleep: stamps (count,
-    steps, threads, 4) and wall ms."""
-    lib = device._load(device._key(STAMPED), STAMPED)  # type: ignore[attr-defined]
-    fn = lib.plait_run_team_stamped
-    fn.restype = None
-    n, threads = len(run.fns), int(os.environ.get("PLAIT_NUM_THREADS", "2"))
-    out = np.zeros((count, n, threads, 4), dtype=np.int64)
-    walls = []
-    for r in range(count + 2):
-        if pause:
-            time.sleep(pause)
-        st = np.zeros(n * threads * 4, dtype=np.int64)
-        t0 = time.perf_counter()
-        fn(n, run.fns, run.table, run.sync, ctypes.byref(run.cell), st.ctypes.data_as(ctypes.c_void_p))
-        if r >= 2:
-            walls.append((time.perf_counter() - t0) * 1e3)
-            out[r - 2] = st.reshape(n, threads, 4)
-    return out, walls
+    """`count` stamped replays at the team's thread count (PLAIT_NUM_THREADS, default 2), each after `pause` seconds
+    of sleep: stamps (count, steps, threads, 4) and wall ms."""
+    return stamped_replays(device, run, int(os.environ.get("PLAIT_NUM_THREADS", "2")), count, pause)
 
 
 def main() -> None:
