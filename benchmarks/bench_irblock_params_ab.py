@@ -15,12 +15,9 @@ average and the hypervisor's steal share are printed with the numbers.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,22 +32,7 @@ from bench_onnx import twin
 from bench_onnx_kernels import interleaved_kernel_times
 from bench_team_barrier import scheduling
 from bench_team_steps import steal_ticks
-
-
-def module_at(rev: str) -> Any:
-    """plait/codegen/irblock_c.py as it was at git revision `rev`, loaded as a module of its own."""
-    root = Path(__file__).resolve().parent.parent
-    src = subprocess.run(
-        ["git", "show", f"{rev}:plait/codegen/irblock_c.py"], cwd=root, check=True, capture_output=True, text=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "irblock_c_old.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("irblock_c_old", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(mod)
-    return mod
+from rev_module import module_at
 
 
 def build(x: np.ndarray, model: str, sets: dict[str, int], module: Any = irblock_c) -> tuple[Any, np.ndarray]:
@@ -82,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
     sets = {k: int(v) for k, v in (s.split("=", 1) for s in args.set)}
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
-    old = module_at(args.a_rev) if args.a_rev else irblock_c
+    old = module_at(args.a_rev, "plait/codegen/irblock_c.py", "irblock_c_old") if args.a_rev else irblock_c
     (pa, ya), (pb, yb) = build(x, args.model, {}, old), build(x, args.model, sets)
     plans = {"A": pa, "B": pb}
     s0, w0 = steal_ticks(), time.perf_counter()

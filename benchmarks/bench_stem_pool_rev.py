@@ -11,12 +11,9 @@ share over the run:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,22 +27,7 @@ from plait.codegen import stem_pool_c
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, twin
 from bench_stem_pool_ab import steal
-
-
-def old_render(rev: str) -> object:
-    """`render` of plait/codegen/stem_pool_c.py as it was at git revision `rev`."""
-    root = Path(__file__).resolve().parent.parent
-    src = subprocess.run(
-        ["git", "show", f"{rev}:plait/codegen/stem_pool_c.py"], cwd=root, check=True, capture_output=True, text=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "stem_pool_old.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("stem_pool_old", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod.render
+from rev_module import module_at
 
 
 def build(model: str, x: np.ndarray, render: object, pack: bool) -> tuple[object, np.ndarray, int]:
@@ -74,7 +56,10 @@ def main() -> None:
     args = ap.parse_args()
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     plans = {}
-    for name, render, pack in (("tree", stem_pool_c.render, True), (args.rev, old_render(args.rev), args.rev_packs)):
+    for name, render, pack in (
+        ("tree", stem_pool_c.render, True),
+        (args.rev, module_at(args.rev, "plait/codegen/stem_pool_c.py", "stem_pool_old").render, args.rev_packs),
+    ):
         plans[name] = build(args.model, x, render, pack)
     ref = plans["tree"][1]
     for name, (_, y, _) in plans.items():

@@ -20,9 +20,7 @@ import ctypes
 import importlib
 import importlib.util
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, twin
 from bench_team_barrier import scheduling
+from rev_module import module_at
 
 import plait.graph.ops.winograd as winograd_ops
 import plait.schedule.plan as plan_module
@@ -53,22 +52,6 @@ def _owner(name: str) -> tuple[Any, str]:
         return winograd_c, name
     mod, attr = name.rsplit(".", 1)
     return importlib.import_module(f"plait.codegen.{mod}"), attr
-
-
-def winograd_c_at(rev: str) -> Any:
-    """plait/codegen/winograd_c.py as it was at git revision `rev`, loaded as a module of its own."""
-    root = Path(__file__).resolve().parent.parent
-    src = subprocess.run(
-        ["git", "show", f"{rev}:plait/codegen/winograd_c.py"], cwd=root, check=True, capture_output=True, text=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "winograd_c_old.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("winograd_c_old", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # the modules that pick, render and transform with winograd_c: plan A's build points them at another revision's
@@ -116,7 +99,7 @@ def main() -> None:
     gomp.omp_set_num_threads(args.threads)
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     changes = {k: ast.literal_eval(v) for k, v in (a.split("=", 1) for a in args.old)}
-    old = winograd_c_at(args.a_rev) if args.a_rev else winograd_c
+    old = module_at(args.a_rev, "plait/codegen/winograd_c.py", "winograd_c_old") if args.a_rev else winograd_c
     plans = [build(args.model, x, changes, old), build(args.model, x, {})]
     names = [[k.name for k in p.kernels] for p in plans]
     assert len(names[0]) == len(names[1]), "the variants' plans have different kernel counts"
