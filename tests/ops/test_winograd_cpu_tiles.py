@@ -53,18 +53,24 @@ def test_register_tile_choice():
     assert plan(192, 384, 13) == (12, 2)
 
 
-def test_small_deep_layer_matches_torch():
-    """resnet18 b1's 256-channel 14x14 layer as the per-layer choice runs it (F(2,3), 12x2 register tile, 43 -> 22
-    row groups of which the last holds 4 of 12 rows), with its bias and ReLU, against PyTorch."""
-    x = rand((1, 256, 14, 14), low=-1, high=1)
-    wt, b = rand((256, 256, 3, 3), seed=1, low=-1, high=1) * 0.05, rand((256,), seed=2)
+def _conv_relu_matches_torch(c: int, hw: int, kind: str, what: str) -> None:
+    """A batch-1 c -> c channel 3x3 convolution on an hw x hw plane with bias and ReLU runs as a `kind` Winograd
+    kernel and matches PyTorch."""
+    x = rand((1, c, hw, hw), low=-1, high=1)
+    wt, b = rand((c, c, 3, 3), seed=1, low=-1, high=1) * 0.05, rand((c,), seed=2)
     wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
     f = plait.jit(lambda t: F.conv2d(t, wp, bp, padding=1).relu(), device="cpu")
     got = np.asarray(f(x))
     plan, _ = f.plan_for([x])
-    assert any(kern.name.startswith("WINO2_") for kern in plan.kernels), [kern.name for kern in plan.kernels]
+    assert any(kern.name.startswith(kind) for kern in plan.kernels), [kern.name for kern in plan.kernels]
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding=1)
-    assert_close(got, want.relu().numpy(), "float32", "resnet18 layer3 b1", tol_scale=10)
+    assert_close(got, want.relu().numpy(), "float32", what, tol_scale=10)
+
+
+def test_small_deep_layer_matches_torch():
+    """resnet18 b1's 256-channel 14x14 layer as the per-layer choice runs it (F(2,3), 12x2 register tile, 43 -> 22
+    row groups of which the last holds 4 of 12 rows), with its bias and ReLU, against PyTorch."""
+    _conv_relu_matches_torch(256, 14, "WINO2_", "resnet18 layer3 b1")
 
 
 def test_product_tasks_split_evenly_over_two_threads():
@@ -76,12 +82,4 @@ def test_product_tasks_split_evenly_over_two_threads():
     assert p is not None and p.m == 4
     tasks = -(-p.n * -(-p.oh // p.m) // p.rpb) * (p.kp // p.mr)
     assert tasks % winograd_c.TEAM_SPLIT == 0, (p.mr, p.nv, p.rpb, tasks)
-    x = rand((1, 128, 28, 28), low=-1, high=1)
-    wt, b = rand((128, 128, 3, 3), seed=1, low=-1, high=1) * 0.05, rand((128,), seed=2)
-    wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
-    f = plait.jit(lambda t: F.conv2d(t, wp, bp, padding=1).relu(), device="cpu")
-    got = np.asarray(f(x))
-    plan, _ = f.plan_for([x])
-    assert any(kern.name.startswith("WINO4_") for kern in plan.kernels), [kern.name for kern in plan.kernels]
-    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding=1)
-    assert_close(got, want.relu().numpy(), "float32", "resnet layer2 b1", tol_scale=10)
+    _conv_relu_matches_torch(128, 28, "WINO4_", "resnet layer2 b1")
