@@ -34,6 +34,13 @@ THREADS = gemm_c.PRICED_THREADS  # the threads whose rows band_rows balances (ge
 # resnet18 b1 two threads, a 0.2 s sleep before each replay: 12.80 -> 11.42, 10.44 -> 10.36, 10.18 -> 9.57 ms; alexnet
 # 9.10 -> 8.61; back to back 7.32 -> 7.32 and 6.45 -> 6.43; resnet18 b16 97.13 -> 97.08 (medians, one process)
 SCHEDULE = "guided"
+# bytes of packed weights per pass of the fused stem: resnet's 147 x 64 weights (37.6 KB) in one pass instead of the
+# lanes forms' two (gemm_c.DIRECT_LANES_KC_BYTES, 24 KB: each row tile's partial sums stored and read back once more).
+# Zen 5 guest, one thread, fewest thread CPU of 30 (bench_gemm_knobs_ab.py, against 24577 bytes, which passes as 24 KB
+# does in a library of its own): resnet50's stem 1.227 -> 1.198 ms, alexnet's (k 363, 4 -> 3 passes) 0.687 -> 0.672;
+# 64 KB 1.200 / 0.698, 96 KB 1.195 / 0.693. Two threads, resnet50 b1 replays (bench_far_ab.py, near placement, 20
+# windows): the stem's step 0.698 -> 0.664 ms, whole replays 19.03 -> 19.00 (docs/benchmarks.md)
+STEM_KC_BYTES = 40960
 
 
 def band_rows(batch: int, rows: int) -> int:
@@ -268,7 +275,7 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
 def library(cv: int, px: int) -> str:
     """The shared C code of the fused stem and pool for a cv x px register tile."""
     body = DRIVER.replace("@CV@", str(cv)).replace("@PX@", str(px))
-    body = body.replace("@KCB@", str(gemm_c.DIRECT_LANES_KC_BYTES)).replace("@SCHED@", SCHEDULE)
+    body = body.replace("@KCB@", str(STEM_KC_BYTES)).replace("@SCHED@", SCHEDULE)
     base = gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(gemm_c.DIRECT_BAND)
     return base + gemm_c.lanes_blocks(cv, px) + gemm_c.at_o2(body)
 
