@@ -220,7 +220,13 @@ def call(spec: Any, mr: int, nv: int, a_args: str, b_args: str, epi_fn: str, ext
 LANES_COLS = (32, 512)
 LANES_MIN_ROWS = 16
 LANES_MAX_K = 576
-LANES_KC = 256  # input channels per k block
+# input channels per k block: LANES_MAX_K, so every lanes product runs its whole k in one block (its tile's sums are
+# transposed into C once, not added in again per block; the panel streams from L2). Zen 5 guest, against a control
+# of 257 (which blocks as 256 did, in a library of its own): one thread, fewest thread CPU of 20, resnet50's 2048x49x512
+# 0.681/0.683/0.649 -> 0.652/0.654/0.633 ms, mobilenet_v2's 1280x49x320 0.221 -> 0.208; two threads (bench_far_ab.py,
+# 20 windows) resnet50 b1 replays 19.17 -> 19.11 ms (B faster in 14 of 19), mobilenet_v2 b1 per-window ratio 0.982
+# (docs/benchmarks.md)
+LANES_KC = LANES_MAX_K
 # (pixels, channel vectors) of the register tile, and its measured cost per padded multiply-add relative to the best
 # (a standalone C test of mobilenet_v2's 7x7 and 14x14 products, one thread, docs/benchmarks.md)
 LANES_TILES = {(7, 3): 1.0, (8, 3): 1.0, (7, 4): 1.02, (6, 4): 1.05, (12, 2): 1.1}
