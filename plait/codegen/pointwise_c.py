@@ -227,6 +227,10 @@ LANES_MAX_K = 576
 # 20 windows) resnet50 b1 replays 19.17 -> 19.11 ms (B faster in 14 of 19), mobilenet_v2 b1 per-window ratio 0.982
 # (docs/benchmarks.md)
 LANES_KC = LANES_MAX_K
+# The lanes driver is inlined into each kernel, so that gcc specialises it for the layer's constant sizes; shared by
+# the kernels of one library (a whole plan's batch build) it was compiled once for all of them: resnet50's PWLANES
+# kernels 5.00 -> 4.62 ms at one thread inlined (docs/benchmarks.md)
+LANES_INLINE = True
 # (pixels, channel vectors) of the register tile, and its measured cost per padded multiply-add relative to the best
 # (a standalone C test of mobilenet_v2's 7x7 and 14x14 products, one thread, docs/benchmarks.md)
 LANES_TILES = {(7, 3): 1.0, (8, 3): 1.0, (7, 4): 1.02, (6, 4): 1.05, (12, 2): 1.1}
@@ -359,7 +363,7 @@ def _lanes_driver(mr: int, nv: int) -> str:
     t = f"{mr}x{nv}"
     return f"""/* C[bz] (m x n) = A @ B[bz] with A packed as panels of {nr} channels (plait_pwl_tile_{t}); B's rows (input
    channels) are sbk apart, contiguous along the n pixels. */
-static void plait_pwlanes_{t}(long batch, long inner, int m, int n, int k, const float* wp, const float* B, long sbb,
+static {"inline __attribute__((always_inline)) " if LANES_INLINE else ""}void plait_pwlanes_{t}(long batch, long inner, int m, int n, int k, const float* wp, const float* B, long sbb,
                               long sbi, long sbk, float* C, plait_epi_fn epi, void* const* extra) {{
   int panels = (m + {nr - 1}) / {nr}, tiles = (n + {mr - 1}) / {mr};
   long want = 4L * omp_get_num_threads(), lines = (long)k * {nr} / 16;
