@@ -25,10 +25,6 @@ S2_MIN_CIN = 16  # input channels from which the kernel runs (below, the stems' 
 # GEMM or behind (batch 1: 1.02-1.05x its time; batch 16: 0.96-1.07x inside whole replays, median 1.03, one
 # thread), on 14x14 and 28x28 planes 0.69-0.93x (docs/benchmarks.md).
 S2_MIN_PIXELS = 196
-# The driver is inlined into each kernel, so that gcc specialises it for the layer's constant geometry (the plait_win
-# and sizes the kernel passes). Shared by two kernels of one library, as in a whole plan's batch build, it was compiled
-# once for any geometry: resnet50's 128x784x1152 took 1.25 ms at one thread against 1.06 inlined (docs/benchmarks.md)
-INLINE_DRIVER = True
 
 
 def fits(spec: Any) -> bool:
@@ -57,7 +53,7 @@ DRIVER = """//@shared-begin plait_conv_s2_@CV@x@PX@
    of input rows once for its consecutive tasks on that band; per panel, each pass of kc patch elements runs over
    every PX pixels of every row of the band into a tile (per 16-channel group: rows x TW pixels), which is then
    stored to C's planes transposed 16 x 16 at a time and given the epilogue. */
-static @INLINE@void plait_conv_s2_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* U, const float* X,
+static void plait_conv_s2_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* U, const float* X,
                                   long sxb, long sxi, const plait_win* g, float* C, plait_epi_fn epi,
                                   void* const* extra) {
   enum { CV = @CV@, PX = @PX@, CW = CV * 16 };
@@ -113,7 +109,6 @@ static @INLINE@void plait_conv_s2_@CV@x@PX@(long batch, long inner, int m, int n
 def library(p: LanesPlan) -> str:
     """The shared C code of the stride-2 kernel with p's register tile (on gemm_c's band and lanes blocks)."""
     body = DRIVER.replace("@CV@", str(p.nv)).replace("@PX@", str(p.mr)).replace("@ROWS@", str(S2_BAND_ROWS))
-    body = body.replace("@INLINE@", "inline __attribute__((always_inline)) " if INLINE_DRIVER else "")
     body = body.replace("@KCB@", str(gemm_c.DIRECT_LANES_KC_BYTES)).replace("@TPT@", str(S2_TASKS_PER_THREAD))
     band = gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(gemm_c.DIRECT_BAND)
     return band + gemm_c.lanes_blocks(p.nv, p.mr) + gemm_c.at_o2(body)

@@ -227,9 +227,10 @@ LANES_MAX_K = 576
 # 20 windows) resnet50 b1 replays 19.17 -> 19.11 ms (B faster in 14 of 19), mobilenet_v2 b1 per-window ratio 0.982
 # (docs/benchmarks.md)
 LANES_KC = LANES_MAX_K
-# The lanes driver is inlined into each kernel, so that gcc specialises it for the layer's constant sizes; shared by
-# the kernels of one library (a whole plan's batch build) it was compiled once for all of them: resnet50's PWLANES
-# kernels 5.00 -> 4.62 ms at one thread inlined (docs/benchmarks.md)
+# The lanes driver is inlined into each kernel, so that gcc specialises it for the layer's constant sizes (shared by
+# the kernels of one library, as in a whole plan's batch build, it was compiled once for all of them). resnet50 b1,
+# one thread, fewest thread CPU of 20, both build orders: the three 2048x49x512 0.62-0.63 -> 0.54-0.57 ms, all PWLANES
+# kernels 5.00 -> 4.62 ms; two threads, the three 0.991 -> 0.871 ms (docs/benchmarks.md)
 LANES_INLINE = True
 # (pixels, channel vectors) of the register tile, and its measured cost per padded multiply-add relative to the best
 # (a standalone C test of mobilenet_v2's 7x7 and 14x14 products, one thread, docs/benchmarks.md)
