@@ -220,13 +220,12 @@ def call(spec: Any, mr: int, nv: int, a_args: str, b_args: str, epi_fn: str, ext
 LANES_COLS = (32, 512)
 LANES_MIN_ROWS = 16
 LANES_MAX_K = 576
-# input channels per k block: LANES_MAX_K, so every lanes product runs its whole k in one block (its tile's sums are
-# transposed into C once, not added in again per block; the panel streams from L2). Zen 5 guest, against a control
-# of 257 (which blocks as 256 did, in a library of its own): one thread, fewest thread CPU of 20, resnet50's 2048x49x512
-# 0.681/0.683/0.649 -> 0.652/0.654/0.633 ms, mobilenet_v2's 1280x49x320 0.221 -> 0.208; two threads (bench_far_ab.py,
-# 20 windows) resnet50 b1 replays 19.17 -> 19.11 ms (B faster in 14 of 19), mobilenet_v2 b1 per-window ratio 0.982
-# (docs/benchmarks.md)
-LANES_KC = LANES_MAX_K
+# A lanes product runs its whole k (at most LANES_MAX_K) in one pass: its tile's sums are transposed into C once and
+# the panel streams from L2. Blocks of 256 input channels (the tile's sums added into C again per block) measured
+# slower on the Zen 5 guest, against a control of 257 in a library of its own: one thread, fewest thread CPU of 20,
+# resnet50's 2048x49x512 0.681/0.683/0.649 -> 0.652/0.654/0.633 ms, mobilenet_v2's 1280x49x320 0.221 -> 0.208; two
+# threads (bench_far_ab.py, 20 windows) resnet50 b1 replays 19.17 -> 19.11 ms (faster in 14 of 19), mobilenet_v2 b1
+# per-window ratio 0.982 (docs/benchmarks.md)
 # The lanes driver is inlined into each kernel, so that gcc specialises it for the layer's constant sizes (shared by
 # the kernels of one library, as in a whole plan's batch build, it was compiled once for all of them). resnet50 b1,
 # one thread, fewest thread CPU of 20, both build orders: the three 2048x49x512 0.62-0.63 -> 0.54-0.57 ms, all PWLANES
@@ -310,13 +309,13 @@ def render_pack(p: LanesPlan) -> tuple[str, str]:
 
 
 def _lanes_tile(mr: int, nv: int) -> str:
-    """C[16*nv channels x mr pixels] of one tile (added to C when `add`): wp is the panel (k x 16*nv), x the tile's
+    """C[16*nv channels x mr pixels] of one tile: wp is the panel (k x 16*nv), x the tile's
     first pixel of input channel 0 (channels ldx apart); the sums go back through a transposing copy, `rows`
     channels x `px` pixels."""
     nr = nv * VW
     t = f"{mr}x{nv}"
     return f"""static void plait_pwl_tile_{t}(int k, const float* restrict wp, const float* restrict x, long ldx,
-                                 float* restrict c, long ldc, int rows, int px, int add) {{
+                                 float* restrict c, long ldc, int rows, int px) {{
   plait_v16 acc[{mr}][{nv}];
 #pragma GCC unroll {mr}
   for (int i = 0; i < {mr}; i++)
@@ -339,17 +338,13 @@ def _lanes_tile(mr: int, nv: int) -> str:
   for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
     for (int v = 0; v < {nv}; v++) *(plait_v16*)(tmp[i] + v * {VW}) = acc[i][v];
-  if (px == {mr} && !add) {{
+  if (px == {mr}) {{
     for (int ch = 0; ch < rows; ch++)
 #pragma GCC unroll {mr}
       for (int i = 0; i < {mr}; i++) c[ch * ldc + i] = tmp[i][ch];
-  }} else if (px == {mr}) {{
-    for (int ch = 0; ch < rows; ch++)
-#pragma GCC unroll {mr}
-      for (int i = 0; i < {mr}; i++) c[ch * ldc + i] += tmp[i][ch];
   }} else {{
     for (int ch = 0; ch < rows; ch++)
-      for (int i = 0; i < px; i++) c[ch * ldc + i] = add ? c[ch * ldc + i] + tmp[i][ch] : tmp[i][ch];
+      for (int i = 0; i < px; i++) c[ch * ldc + i] = tmp[i][ch];
   }}
 }}
 """
@@ -368,8 +363,6 @@ static {"inline __attribute__((always_inline)) " if LANES_INLINE else ""}void pl
                               long sbi, long sbk, float* C, plait_epi_fn epi, void* const* extra) {{
   int panels = (m + {nr - 1}) / {nr}, tiles = (n + {mr - 1}) / {mr};
   long want = 4L * omp_get_num_threads(), lines = (long)k * {nr} / 16;
-  /* k in blocks of up to {LANES_KC}: a block of the panel and of the tile's pixel rows stay in L1 */
-  int nkc = (k + {LANES_KC - 1}) / {LANES_KC}, kcm = (k + nkc - 1) / nkc;
   long chunks = batch >= want ? 1 : (want + batch - 1) / batch;
   if (chunks > panels) chunks = panels;
   long per = batch * chunks >= want ? 1 : (want + batch * chunks - 1) / (batch * chunks);
@@ -386,22 +379,19 @@ static {"inline __attribute__((always_inline)) " if LANES_INLINE else ""}void pl
     for (int pn = pa; pn < pb; pn++) {{
       const float* w = wp + (long)pn * k * {nr};
       int rows = m - pn * {nr} < {nr} ? m - pn * {nr} : {nr};
-      long share = (lines + (long)nkc * (t1 - t0) - 1) / ((long)nkc * (t1 - t0)), l0 = 0;
-      for (int pc = 0; pc < k; pc += kcm) {{
-        int kc = k - pc < kcm ? k - pc : kcm;
-        for (int j = j0; j < j1; j += {mr}, l0 += share) {{
-          if (pn + 1 < pb && l0 < lines) plait_pwl_prefetch(w + (long)k * {nr}, l0, l0 + share < lines ? l0 + share : lines);
-          int px = j1 - j < {mr} ? j1 - j : {mr};
-          float* cj = c + (long)pn * {nr} * n + j;
-          const float* xj = b + (long)pc * sbk + j;
-          if (px == {mr}) {{
-            plait_pwl_tile_{t}(kc, w + (long)pc * {nr}, xj, sbk, cj, n, rows, px, pc > 0);
-          }} else {{ /* a partial tile (whose whole-tile reads could pass the image): its pixels, zero-padded */
-            float* xt = plait_scratch((size_t)kc * {mr});
-            for (int p = 0; p < kc; p++)
-              for (int i = 0; i < {mr}; i++) xt[p * {mr} + i] = i < px ? xj[(long)p * sbk + i] : 0.0f;
-            plait_pwl_tile_{t}(kc, w + (long)pc * {nr}, xt, {mr}, cj, n, rows, px, pc > 0);
-          }}
+      long share = (lines + (t1 - t0) - 1) / (t1 - t0), l0 = 0;
+      for (int j = j0; j < j1; j += {mr}, l0 += share) {{
+        if (pn + 1 < pb && l0 < lines) plait_pwl_prefetch(w + (long)k * {nr}, l0, l0 + share < lines ? l0 + share : lines);
+        int px = j1 - j < {mr} ? j1 - j : {mr};
+        float* cj = c + (long)pn * {nr} * n + j;
+        const float* xj = b + j;
+        if (px == {mr}) {{
+          plait_pwl_tile_{t}(k, w, xj, sbk, cj, n, rows, px);
+        }} else {{ /* a partial tile (whose whole-tile reads could pass the image): its pixels, zero-padded */
+          float* xt = plait_scratch((size_t)k * {mr});
+          for (int p = 0; p < k; p++)
+            for (int i = 0; i < {mr}; i++) xt[p * {mr} + i] = i < px ? xj[(long)p * sbk + i] : 0.0f;
+          plait_pwl_tile_{t}(k, w, xt, {mr}, cj, n, rows, px);
         }}
       }}
       if (epi) epi(c, bz, pn * {nr}, j0, rows, j1 - j0, extra);
