@@ -572,7 +572,7 @@ static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam
       int nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
       const float* panel = bp + jj * kc;
       if (0) {{}}
-{_tail_calls(mr, nv).replace("acc || pc > 0", "add").replace("&& sc)", "&& 0)").replace(", sc + ii)", ", 0)")}      else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, add);
+{_tail_calls(mr, nv, add="add", scaled=False)}      else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, add);
     }}
     if (fr) plait_fringe(fr, kc, at, lda, fb, ldf, fpart, 1, 1 << add, c + ii * rs + jf * cs, rs, cs, mr, 0);
   }}
@@ -1675,17 +1675,21 @@ def direct_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) ->
     )
 
 
-def _tail_calls(mr: int, nv: int) -> str:
+def _tail_calls(mr: int, nv: int, add: str = "acc || pc > 0", scaled: bool = True) -> str:
     """Driver branches that run a partial last panel of at most v < nv vectors' columns with the v-vector kernel
-    (TAIL_VECTORS), instead of the whole tile computing zero columns."""
+    (TAIL_VECTORS), instead of the whole tile computing zero columns. `add`: the C expression saying whether the tile
+    adds to C; `scaled`: whether a row scale `sc` may be set (then its branch comes first)."""
     out = ""
     for v in range(1, min(nv, TAIL_VECTORS + 1)):
         t = f"{mr}x{v}of{nv}"
+        if scaled:
+            out += (
+                f"            else if (nr <= {v * VW} && sc) plait_micro_sc_{t}(kc, at, lda, panel, c + ii * rs + jj * cs,"
+                f" rs, cs, mr, nr, {add}, sc + ii);\n"
+            )
         out += (
-            f"            else if (nr <= {v * VW} && sc) plait_micro_sc_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, "
-            f"cs, mr, nr, acc || pc > 0, sc + ii);\n"
             f"            else if (nr <= {v * VW}) plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, "
-            f"nr, acc || pc > 0);\n"
+            f"nr, {add});\n"
         )
     return out
 
