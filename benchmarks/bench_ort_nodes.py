@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("model", choices=MODELS)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--nodes", action="store_true", help="then every node: kind, input and weight shapes, fastest ms")
     args = ap.parse_args()
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
@@ -61,12 +62,15 @@ def main() -> None:
         events = json.loads(Path(sess.end_profiling()).read_text())
     best: dict[str, float] = {}
     kinds: dict[str, str] = {}
+    shapes: dict[str, str] = {}
     for e in events:
         if e.get("cat") != "Node" or not str(e.get("name", "")).endswith("_kernel_time"):
             continue
         name = e["name"]
         best[name] = min(best.get(name, float("inf")), e["dur"] / 1e3)
         kinds[name] = node_kind(e.get("args", {}))
+        shp = e.get("args", {}).get("input_type_shape", [])
+        shapes[name] = " ".join(str(next(iter(d.values()))) for d in shp[:2]) if isinstance(shp, list) else ""
     total: collections.Counter[str] = collections.Counter()
     count: collections.Counter[str] = collections.Counter()
     for name, t in best.items():
@@ -75,6 +79,9 @@ def main() -> None:
     print(f"{args.model} b{args.batch}: ONNX Runtime {ort.__version__}, 1 thread, {sum(best.values()):.1f} ms in nodes")
     for kind, t in total.most_common():
         print(f"  {kind:12s} {count[kind]:4d} {t:8.2f} ms")
+    if args.nodes:
+        for name, t in best.items():
+            print(f"  {t:7.3f} ms  {kinds[name]:10s} {shapes[name]}  {name.removesuffix('_kernel_time')}")
 
 
 if __name__ == "__main__":

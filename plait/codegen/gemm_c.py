@@ -39,6 +39,10 @@ PACK_AHEAD = 4
 # cost 17 panels' work and split 9 : 8 panels between two threads. Two threads (FIFO, median wall, resnet50 b1 on the
 # Zen 5 host): the 784-column products 3-7% faster, the net's GEMM kernels 7.49 -> 7.29 ms (docs/benchmarks.md).
 TAIL_VECTORS = 1
+# A task that packs its own panels of a row-contiguous B (a 1x1 convolution's image, stride 1) packs its whole panels
+# inside its first row block's micro-kernels, which read B where it lies and store each row as they load it: the
+# copy's loads and stores then overlap that block's multiply-adds instead of running as a phase of their own.
+FUSE_PACK = True
 MERGE_BELOW = 512  # products with fewer columns than this that share A over a batch merge the batch's columns
 FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot products (plait_fringe)
 
@@ -429,7 +433,8 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
     t = f"{mr}x{nv}" if not pnv else f"{mr}x{nv}of{pnv}"
     pnr = (pnv or nv) * VW
     return f"""static inline __attribute__((always_inline)) void plait_microx_{t}(int kc, const float* restrict a, long lda,
-    const float* restrict bp, float* restrict c, long rs, long cs, int mr, int nr, int add, const float* sc) {{
+    const float* restrict bp, float* restrict c, long rs, long cs, int mr, int nr, int add, const float* sc,
+    int fuse, const float* restrict src, long ldb, float* restrict pk) {{
   plait_v16 acc[{mr}][{nv}];
 #pragma GCC unroll {mr}
   for (int i = 0; i < {mr}; i++)
@@ -437,8 +442,15 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
     for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_v16){{0}};
   for (int p = 0; p < kc; p++) {{
     plait_v16 b[{nv}];
+    if (fuse) {{ /* (a compile-time constant) B read where it lies, row p at src + p * ldb, and packed on the way */
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) b[v] = *(const plait_v16*)(bp + p * {pnr} + v * {VW});
+      for (int v = 0; v < {nv}; v++) b[v] = *(const plait_v16*)(src + p * ldb + v * {VW});
+#pragma GCC unroll {nv}
+      for (int v = 0; v < {nv}; v++) *(plait_v16*)(pk + p * {pnr} + v * {VW}) = b[v];
+    }} else {{
+#pragma GCC unroll {nv}
+      for (int v = 0; v < {nv}; v++) b[v] = *(const plait_v16*)(bp + p * {pnr} + v * {VW});
+    }}
 #pragma GCC unroll {mr}
     for (int i = 0; i < {mr}; i++) {{
       float ai = a[i * lda + p];
@@ -486,14 +498,23 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
 
 static void plait_micro_{t}(int kc, const float* restrict a, long lda, const float* restrict bp, float* restrict c,
                             long rs, long cs, int mr, int nr, int add) {{
-  plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, 0);
+  plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, 0, 0, 0, 0, 0);
 }}
 
 static void plait_micro_sc_{t}(int kc, const float* restrict a, long lda, const float* restrict bp, float* restrict c,
                                long rs, long cs, int mr, int nr, int add, const float* sc) {{
-  plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, sc);
+  plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, sc, 0, 0, 0, 0);
 }}
-"""
+""" + (f"""
+/* plait_micro_{t} (plait_micro_sc_{t} when sc is set) on a whole panel whose kc rows are read from B in place (src,
+   ldb apart) and packed into pk as they are read (FUSE_PACK) */
+static void plait_micro_pk_{t}(int kc, const float* restrict a, long lda, const float* restrict src, long ldb,
+                               float* restrict pk, float* restrict c, long rs, long cs, int mr, int nr, int add,
+                               const float* sc) {{
+  if (sc) plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, sc, 1, src, ldb, pk);
+  else plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, 0, 1, src, ldb, pk);
+}}
+""" if not pnv else "")
 
 
 def _driver(mr: int, nv: int) -> str:
@@ -683,8 +704,13 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
       long jend = fringe ? jf : j1;
       for (int pc = 0; pc < k; pc += kcm) {{
         int kc = k - pc < kcm ? k - pc : kcm, last = pc + kc >= k;
+        /* FUSE_PACK: whole panels of a row-contiguous B, columns [j0, jw), are packed by the first row block's
+           micro-kernels as they read them; the rest (a partial last panel) here */
+        long jw = {int(FUSE_PACK)} && !shared && !images && !win && sbn == 1 ? j0 + ((jend < n ? jend : n) - j0) / {nr} * {nr} : j0;
         if (shared) bp = shared + bz * k * npad + pc * npad + j0 * kc;
-        else plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, kc, j0, fringe ? jf : j1, n, {nr}, bp);
+        else if (jw > j0) {{
+          if (jend > jw) plait_pack_b(b, sbk, sbn, pc, kc, kc, (int)jw, (int)jend, n, {nr}, bp, (int)(jw - j0));
+        }} else plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, kc, j0, jend, n, {nr}, bp);
         /* rows are read in place when contiguous along k; else (and a partial last block) packed, zero-padded */
         int direct = sak == 1, packed_to = i1;
         if (!direct || (i1 - i0) % {mr}) {{
@@ -711,6 +737,8 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
             int nr = cols - jj < {nr} ? (int)(cols - jj) : {nr};
             const float* panel = bp + (jj - j0) * kc;
             if (images) plait_tile_{t}(kc, at, lda, panel, C, m, n, ii, jj, mr, nr, acc || pc > 0, last, epi, extra, sc);
+            else if (ii == i0 && jj < jw)
+              plait_micro_pk_{t}(kc, at, lda, b + (long)pc * sbk + jj, sbk, (float*)panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0, sc ? sc + ii : 0);
 {_tail_calls(mr, nv)}            else if (sc) plait_micro_sc_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0, sc + ii);
             else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0);
           }}
