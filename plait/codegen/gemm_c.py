@@ -505,7 +505,8 @@ static void plait_micro_sc_{t}(int kc, const float* restrict a, long lda, const 
                                long rs, long cs, int mr, int nr, int add, const float* sc) {{
   plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, sc, 0, 0, 0, 0);
 }}
-""" + (f"""
+""" + (
+        f"""
 /* plait_micro_{t} (plait_micro_sc_{t} when sc is set) on a whole panel whose kc rows are read from B in place (src,
    ldb apart) and packed into pk as they are read (FUSE_PACK) */
 static void plait_micro_pk_{t}(int kc, const float* restrict a, long lda, const float* restrict src, long ldb,
@@ -514,7 +515,10 @@ static void plait_micro_pk_{t}(int kc, const float* restrict a, long lda, const 
   if (sc) plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, sc, 1, src, ldb, pk);
   else plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, 0, 1, src, ldb, pk);
 }}
-""" if not pnv else "")
+"""
+        if not pnv
+        else ""
+    )
 
 
 def _driver(mr: int, nv: int) -> str:

@@ -31,7 +31,10 @@ def _run(spec, tile, a, b, threads):
 def test_fused_packing_kernel_is_in_the_library():
     assert gemm_c.FUSE_PACK
     assert "plait_micro_pk_8x3(" in gemm_c.library(8, 3)
-    assert "plait_micro_pk_8x3(" in gemm.render_c(gemm.GemmSpec(1, 64, 784, 256, (0, 0, 256, 1), (0, 0, 784, 1)), {}).source
+    assert (
+        "plait_micro_pk_8x3("
+        in gemm.render_c(gemm.GemmSpec(1, 64, 784, 256, (0, 0, 256, 1), (0, 0, 784, 1)), {}).source
+    )
 
 
 @pytest.mark.parametrize("tile", [(8, 3), (6, 4), (12, 2)])
