@@ -1529,8 +1529,17 @@ static inline __attribute__((always_inline)) void plait_dl_micro_@CV@x@PX@(int p
 #pragma GCC unroll 32
     for (int j = 0; j < PX; j++) {
       float xj = s[j];
+      if (@WMEM@) { /* the last weight vector read again from L1 for every pixel (an operand of its multiply-add)
+                       instead of held: CV * PX accumulators, CV - 1 weights and the broadcast fill the 32 registers */
+        const plait_v16* wl = wp + CV - 1;
+        __asm__ volatile("" : "+r"(wl));
 #pragma GCC unroll 4
-      for (int c = 0; c < CV; c++) acc[j][c] += wv[c] * xj;
+        for (int c = 0; c < CV - 1; c++) acc[j][c] += wv[c] * xj;
+        acc[j][CV - 1] += *wl * xj;
+      } else {
+#pragma GCC unroll 4
+        for (int c = 0; c < CV; c++) acc[j][c] += wv[c] * xj;
+      }
     }
   }
 #pragma GCC unroll 32
@@ -1644,6 +1653,9 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
 DIRECT_LANES_KC_BYTES = 24576
 DIRECT_LANES_CV = 4  # channel vectors of the lanes form's register tile (4 x 5-7 pixels: 20-28 accumulators)
 DIRECT_LANES_PX = (5, 6, 7)
+# A tile whose accumulators, weights and broadcast need more than the 32 vector registers (4 x 7: 28 + 4 + 1) reads
+# its last weight vector from L1 at every pixel, where gcc otherwise spilled an accumulator every patch element.
+DIRECT_LANES_WMEM = True
 # Patch elements from which the lanes form runs: with its weight passes and prefetches it took 0.84-0.91 of the
 # pixel-vector form's time on alexnet's stem (k 363) and 0.92-0.94 on resnet's (k 147) inside whole replays, one
 # thread; on vgg16's 3x3 stem (k 27) its fewest time was 1.7x (docs/benchmarks.md). k in between is not measured.
@@ -1691,7 +1703,8 @@ def direct_library(win: Any, m: int, k: int) -> str:
 def lanes_blocks(cv: int, px: int) -> str:
     """The lanes micro-kernel for a cv x px tile and the transposing store (after COMMON and DIRECT_BAND): what a
     direct kernel with output channels across the lanes builds on (the stems' lanes form, conv_s2_c.py)."""
-    micro = DIRECT_LANES_MICRO.replace("@CV@", str(cv)).replace("@PX@", str(px))
+    wmem = int(DIRECT_LANES_WMEM and cv * px + cv + 1 > 32)
+    micro = DIRECT_LANES_MICRO.replace("@CV@", str(cv)).replace("@PX@", str(px)).replace("@WMEM@", str(wmem))
     return at_o2(micro) + at_o2(DIRECT_LANES_STORE)
 
 

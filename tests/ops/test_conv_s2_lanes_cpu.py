@@ -86,3 +86,16 @@ def test_s2_weights_as_inputs_keep_the_gemm():
         assert_close(got, want.numpy(), "float32", f"stride-2 conv, weights {seed}", tol_scale=10)
     plan, _ = f.plan_for([x, wt])
     assert not any(kern.name.startswith("S2CONV_") for kern in plan.kernels), [k.name for k in plan.kernels]
+
+
+def test_s2_lanes_last_weight_from_memory_computes_the_same(monkeypatch):
+    """The 4 x 7 tile (14-pixel rows) reads its last weight vector from L1 for every pixel (gemm_c.DIRECT_LANES_WMEM,
+    which keeps its 28 accumulators in registers): the same sums in the same order as holding it, bit for bit."""
+    from plait.codegen import gemm_c
+
+    assert gemm_c.DIRECT_LANES_WMEM and gemm_c.lanes_pixels(14) == 7
+    got, want, _ = _conv(CASES[0], residual=False)
+    monkeypatch.setattr(gemm_c, "DIRECT_LANES_WMEM", False)
+    held, _, _ = _conv(CASES[0], residual=False)
+    assert np.array_equal(got, held)
+    assert_close(got, want, "float32", "stride-2 lanes conv, 4 x 7 tile", tol_scale=10)
