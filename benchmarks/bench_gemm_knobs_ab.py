@@ -29,13 +29,13 @@ os.environ.setdefault("PLAIT_NUM_THREADS", "1")
 import numpy as np
 import onnxruntime as ort
 
-from plait.codegen import gemm_c, pointwise_c, stem_pool_c
+from plait.codegen import conv_s2_c, gemm_c, pointwise_c, stem_pool_c
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, export, twin
 from bench_team_barrier import scheduling
 
-MODULES = {"gemm_c": gemm_c, "pointwise_c": pointwise_c, "stem_pool_c": stem_pool_c}
+MODULES = {"gemm_c": gemm_c, "pointwise_c": pointwise_c, "stem_pool_c": stem_pool_c, "conv_s2_c": conv_s2_c}
 
 
 def parse(variant: str) -> dict[str, Any]:

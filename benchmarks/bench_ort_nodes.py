@@ -1,5 +1,5 @@
 """ONNX Runtime's time per node for a benchmark CNN exported as benchmarks/bench_onnx.py exports it (CPU provider,
-one intra-op thread, ORT's own node profiler), grouped the way plait's kernels are: depthwise convolutions,
+--threads intra-op threads (default one), ORT's own node profiler), grouped the way plait's kernels are: depthwise convolutions,
 pointwise (1x1) convolutions, other convolutions, and the rest by op type. Each node's time is its fastest over
 --runs runs, which on a machine that other jobs share is the closest to its unloaded time; set beside
 benchmarks/bench_onnx_kernels.py (plait's kernels, one thread, fastest of --repeats) it says layer kind by layer
@@ -48,10 +48,11 @@ def main() -> None:
     ap.add_argument("model", choices=MODELS)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1, help="ORT's intra-op threads")
     ap.add_argument("--nodes", action="store_true", help="then every node: kind, input and weight shapes, fastest ms")
     args = ap.parse_args()
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = args.threads
     so.enable_profiling = True
     with tempfile.TemporaryDirectory() as tmp:
         so.profile_file_prefix = os.path.join(tmp, "ort")
@@ -76,7 +77,9 @@ def main() -> None:
     for name, t in best.items():
         total[kinds[name]] += t
         count[kinds[name]] += 1
-    print(f"{args.model} b{args.batch}: ONNX Runtime {ort.__version__}, 1 thread, {sum(best.values()):.1f} ms in nodes")
+    print(
+        f"{args.model} b{args.batch}: ONNX Runtime {ort.__version__}, {args.threads} thread(s), {sum(best.values()):.1f} ms in nodes"
+    )
     for kind, t in total.most_common():
         print(f"  {kind:12s} {count[kind]:4d} {t:8.2f} ms")
     if args.nodes:
