@@ -119,12 +119,18 @@ def test_stem_read_elsewhere_keeps_two_kernels():
     assert_close(z, torch.nn.functional.max_pool2d(want, 3, 2, 1).numpy(), "float32", "unfused pool", tol_scale=10)
 
 
-def test_stem_pool_nan_and_infinity():
+@pytest.mark.parametrize(
+    "w,at",
+    [(41, [(1, 5, 7, np.nan), (2, 30, 35, np.inf)]), (43, [(0, 10, 42, np.nan)])],
+    ids=["nan-and-inf", "nan-in-the-last-pixels"],
+)
+def test_stem_pool_nan_and_infinity(w, at):
     """A NaN and an infinity in the image (no ReLU, which plait's epilogue takes to 0 for a NaN): the windows that
-    read the stem's NaN outputs pool to NaN (as in PyTorch), the others to the same values."""
-    x = rand((1, 3, 37, 41), low=-1, high=1)
-    x[0, 1, 5, 7] = np.nan
-    x[0, 2, 30, 35] = np.inf
+    read the stem's NaN outputs pool to NaN (as in PyTorch), the others to the same values. The second image's NaN
+    reaches only the last two of its rows' 22 conv pixels, past the row test's blocks of four."""
+    x = rand((1, 3, 37, w), low=-1, high=1)
+    for c, i, j, v in at:
+        x[0, c, i, j] = v
     wt, b = rand((64, 3, 7, 7), seed=1, low=-1, high=1) * 0.2, rand((64,), seed=2)
     wp, bp = plait.tensor(wt, device="cpu"), plait.tensor(b, device="cpu")
     f = plait.jit(lambda t: F.max_pool2d(F.conv2d(t, wp, bp, stride=2, padding=3), 3, 2, 1), device="cpu")
