@@ -42,6 +42,9 @@ TAIL_VECTORS = 1
 # A task that packs its own panels of a row-contiguous B (a 1x1 convolution's image, stride 1) packs its whole panels
 # inside its first row block's micro-kernels, which read B where it lies and store each row as they load it: the
 # copy's loads and stores then overlap that block's multiply-adds instead of running as a phase of their own.
+# resnet50 b1 on the Zen 5 guest, one thread against controls: 64x3136x256 0.534-0.541 -> 0.508-0.512 ms, 128x784x512
+# 0.483-0.491 -> 0.465-0.470; two threads, both build orders: those steps 0.03-0.06 ms faster, replays 0.99 of the
+# unfused plan's (docs/benchmarks.md, thirteenth session). In the k-split driver it gained nothing (512x49x2048).
 FUSE_PACK = True
 MERGE_BELOW = 512  # products with fewer columns than this that share A over a batch merge the batch's columns
 FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot products (plait_fringe)
@@ -1655,6 +1658,8 @@ DIRECT_LANES_CV = 4  # channel vectors of the lanes form's register tile (4 x 5-
 DIRECT_LANES_PX = (5, 6, 7)
 # A tile whose accumulators, weights and broadcast need more than the 32 vector registers (4 x 7: 28 + 4 + 1) reads
 # its last weight vector from L1 at every pixel, where gcc otherwise spilled an accumulator every patch element.
+# One thread against controls: resnet50's S2CONV 128x784x1152 1.289-1.300 -> 1.253-1.259 ms, 256x196x2304
+# 1.278-1.292 -> 1.254-1.269; its stem unchanged (docs/benchmarks.md, thirteenth session).
 DIRECT_LANES_WMEM = True
 # Patch elements from which the lanes form runs: with its weight passes and prefetches it took 0.84-0.91 of the
 # pixel-vector form's time on alexnet's stem (k 363) and 0.92-0.94 on resnet's (k 147) inside whole replays, one
