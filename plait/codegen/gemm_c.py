@@ -1345,8 +1345,12 @@ DIRECT_ROWS = 8  # output rows per band (one task): the band's rows are split on
 # Band splitting shared by the stems' direct forms and the stride-2 lanes kernel (plait/codegen/conv_s2_c.py).
 DIRECT_BAND = """//@shared-begin plait_dc_band
 /* Input rows of one band, zero-padded and split into the column phases of the stride: element t of phase q of band
-   row r of channel ci (at ((ci * R + r) * sw + q) * T + t) is padded column t * sw + q of padded row y0 + r. */
-static void plait_dc_band(const float* x, const plait_win* g, int cin, int y0, int rows, int R, int T, float* buf) {
+   row r of channel ci (at ((ci * R + r) * sw + q) * T + t) is padded column t * sw + q of padded row y0 + r.
+   Inlined into every caller, so a kernel whose geometry is a constant gets the split specialised: in a batch-built
+   library with several callers gcc kept one generic copy, and resnet50's S2CONV 128x784x1152 took 1.25-1.27 ms at
+   one thread in the net's own plan against 1.12-1.15 inlined (its two-thread step 0.69 -> 0.60 ms, the stem's
+   0.74 -> 0.72; bench_team_steps.py, docs/benchmarks.md). */
+static inline __attribute__((always_inline)) void plait_dc_band(const float* x, const plait_win* g, int cin, int y0, int rows, int R, int T, float* buf) {
   int sw = g->sw;
   for (int ci = 0; ci < cin; ci++)
     for (int r = 0; r < rows; r++) {
@@ -1365,9 +1369,9 @@ static void plait_dc_band(const float* x, const plait_win* g, int cin, int y0, i
         for (int t = 0; t < lo; t++) d[t] = 0.0f;
         const float* xs = xr + off;
         if (sw == 1) memcpy(d + lo, xs + lo, sizeof(float) * (size_t)(hi - lo));
-        else if (sw == 2) /* a constant stride: gcc does not always inline this function into a caller that knows
-                             it (resnet50's S2CONV 128x784x1152 in the net's batch-built library: 1.32-1.35 ->
-                             1.25-1.26 ms one thread, its two-thread step 0.73 -> 0.68) */
+        else if (sw == 2) /* a constant stride, for a caller whose geometry is not a constant (before the
+                             function was inlined everywhere, resnet50's S2CONV 128x784x1152 in the net's library:
+                             1.32-1.35 -> 1.25-1.26 ms one thread, its two-thread step 0.73 -> 0.68) */
 #pragma omp simd
           for (int t = lo; t < hi; t++) d[t] = xs[2L * t];
         else
