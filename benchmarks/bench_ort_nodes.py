@@ -1,11 +1,12 @@
 """ONNX Runtime's time per node for a benchmark CNN exported as benchmarks/bench_onnx.py exports it (CPU provider,
---threads intra-op threads (default one), ORT's own node profiler), grouped the way plait's kernels are: depthwise convolutions,
-pointwise (1x1) convolutions, other convolutions, and the rest by op type. Each node's time is its fastest over
---runs runs, which on a machine that other jobs share is the closest to its unloaded time; set beside
-benchmarks/bench_onnx_kernels.py (plait's kernels, one thread, fastest of --repeats) it says layer kind by layer
-kind where plait stands.
+--threads intra-op threads (default one), ORT's own node profiler), grouped the way plait's kernels are: depthwise
+convolutions, pointwise (1x1) convolutions, other convolutions, and the rest by op type (--nodes: then every node).
+Each node's time is its fastest over --runs runs, which on a machine that other jobs share is the closest to its
+unloaded time; set beside benchmarks/bench_onnx_kernels.py (plait's kernels, one thread, fastest of --repeats) it
+says layer kind by layer kind where plait stands.
 
     .venv/bin/python benchmarks/bench_ort_nodes.py mobilenet_v2 --batch 1
+    .venv/bin/python benchmarks/bench_ort_nodes.py resnet50 --threads 2 --nodes
 """
 
 from __future__ import annotations

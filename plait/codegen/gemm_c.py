@@ -709,11 +709,11 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
       float* fb = bp + (size_t)kcm * (j1 - j0);
       plait_v16* part = (plait_v16*)(fb + (size_t)ldf * 4);
       long jend = fringe ? jf : j1;
+      /* FUSE_PACK: whole panels of a row-contiguous B, columns [j0, jw), are packed in every k block by the first row
+         block's micro-kernels as they read them; the rest (a partial last panel) before them */
+      long jw = {int(FUSE_PACK)} && !shared && !images && !win && sbn == 1 ? j0 + ((jend < n ? jend : n) - j0) / {nr} * {nr} : j0;
       for (int pc = 0; pc < k; pc += kcm) {{
         int kc = k - pc < kcm ? k - pc : kcm, last = pc + kc >= k;
-        /* FUSE_PACK: whole panels of a row-contiguous B, columns [j0, jw), are packed by the first row block's
-           micro-kernels as they read them; the rest (a partial last panel) here */
-        long jw = {int(FUSE_PACK)} && !shared && !images && !win && sbn == 1 ? j0 + ((jend < n ? jend : n) - j0) / {nr} * {nr} : j0;
         if (shared) bp = shared + bz * k * npad + pc * npad + j0 * kc;
         else if (jw > j0) {{
           if (jend > jw) plait_pack_b(b, sbk, sbn, pc, kc, kc, (int)jw, (int)jend, n, {nr}, bp, (int)(jw - j0));
