@@ -32,6 +32,13 @@ REGISTRY: dict[str, Setting] = {
         Setting("PLAIT_CC", str, "", "C compiler for the cpu device; empty: cc, gcc or clang, whichever exists"),
         Setting("PLAIT_NUM_THREADS", int, 0, "threads for the cpu device; 0: all cores"),
         Setting(
+            "PLAIT_CPU_VECTOR",
+            int,
+            0,
+            "floats per vector register that the cpu kernels are written for (4, 8 or 16); 0: the host's own (16 with"
+            " AVX-512, 8 with AVX2, else 4). Another width is for testing: it computes right but runs slowly",
+        ),
+        Setting(
             "PLAIT_PIN_THREADS",
             int,
             1,

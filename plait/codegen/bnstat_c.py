@@ -5,47 +5,47 @@ the plane read a second time from cache (a 56x56 plane is 12.5 KB), then the pla
 precision by Chan's formula (M2 = sum of the planes' M2 + their counts times the squared distances of their means),
 which, like the two passes it replaces, does not cancel when |mean| >> std. The backward's sums of g and of
 g * (x - mean) in one pass over both, so that the forward need not store xhat for them. Both run along each plane
-with 32-64 lanes of accumulators; the reductions they replace read the activation twice each way."""
+with two to four vectors of accumulators; the reductions they replace read the activation twice each way."""
 
 from __future__ import annotations
 
 from plait.codegen import gemm_c
 
 _SOURCE = """//@shared-begin plait_bn_stats
-/* The sum of p[0..n) with 64 lanes of partial sums. */
+/* The sum of p[0..n) with four vectors of partial sums. */
 static inline float plait_bn_sum(const float* restrict p, long n) {
-  plait_v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+  plait_vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
   long i = 0;
-  for (; i + 64 <= n; i += 64) {
-    a0 += *(const plait_v16*)(p + i);
-    a1 += *(const plait_v16*)(p + i + 16);
-    a2 += *(const plait_v16*)(p + i + 32);
-    a3 += *(const plait_v16*)(p + i + 48);
+  for (; i + 4 * PLAIT_VW <= n; i += 4 * PLAIT_VW) {
+    a0 += *(const plait_vf*)(p + i);
+    a1 += *(const plait_vf*)(p + i + PLAIT_VW);
+    a2 += *(const plait_vf*)(p + i + 2 * PLAIT_VW);
+    a3 += *(const plait_vf*)(p + i + 3 * PLAIT_VW);
   }
-  for (; i + 16 <= n; i += 16) a0 += *(const plait_v16*)(p + i);
-  plait_v16 a = (a0 + a1) + (a2 + a3);
+  for (; i + PLAIT_VW <= n; i += PLAIT_VW) a0 += *(const plait_vf*)(p + i);
+  plait_vf a = (a0 + a1) + (a2 + a3);
   float s = 0.0f;
-  for (int l = 0; l < 16; l++) s += a[l];
+  for (int l = 0; l < PLAIT_VW; l++) s += a[l];
   for (; i < n; i++) s += p[i];
   return s;
 }
 
 /* The sum of (p[i] - m)^2 over p[0..n). */
 static inline float plait_bn_centred(const float* restrict p, long n, float m) {
-  plait_v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, mv = m - (plait_v16){0};
+  plait_vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, mv = m - (plait_vf){0};
   long i = 0;
-  for (; i + 64 <= n; i += 64) {
-    plait_v16 d0 = *(const plait_v16*)(p + i) - mv, d1 = *(const plait_v16*)(p + i + 16) - mv;
-    plait_v16 d2 = *(const plait_v16*)(p + i + 32) - mv, d3 = *(const plait_v16*)(p + i + 48) - mv;
+  for (; i + 4 * PLAIT_VW <= n; i += 4 * PLAIT_VW) {
+    plait_vf d0 = *(const plait_vf*)(p + i) - mv, d1 = *(const plait_vf*)(p + i + PLAIT_VW) - mv;
+    plait_vf d2 = *(const plait_vf*)(p + i + 2 * PLAIT_VW) - mv, d3 = *(const plait_vf*)(p + i + 3 * PLAIT_VW) - mv;
     a0 += d0 * d0, a1 += d1 * d1, a2 += d2 * d2, a3 += d3 * d3;
   }
-  for (; i + 16 <= n; i += 16) {
-    plait_v16 d = *(const plait_v16*)(p + i) - mv;
+  for (; i + PLAIT_VW <= n; i += PLAIT_VW) {
+    plait_vf d = *(const plait_vf*)(p + i) - mv;
     a0 += d * d;
   }
-  plait_v16 a = (a0 + a1) + (a2 + a3);
+  plait_vf a = (a0 + a1) + (a2 + a3);
   float s = 0.0f;
-  for (int l = 0; l < 16; l++) s += a[l];
+  for (int l = 0; l < PLAIT_VW; l++) s += a[l];
   for (; i < n; i++) s += (p[i] - m) * (p[i] - m);
   return s;
 }
@@ -77,24 +77,24 @@ static void plait_bn_grad_sums(const float* g, const float* x, const float* m, f
 #pragma omp for schedule(static) nowait
   for (int ch = 0; ch < c; ch++) {
     double s = 0.0, t = 0.0;
-    plait_v16 mv = m[ch] - (plait_v16){0};
+    plait_vf mv = m[ch] - (plait_vf){0};
     for (int n = 0; n < images; n++) {
       const float* restrict gp = g + ((long)n * c + ch) * npos;
       const float* restrict xp = x + n * sn + ch * sc;
-      plait_v16 s0 = {0}, s1 = {0}, t0 = {0}, t1 = {0};
+      plait_vf s0 = {0}, s1 = {0}, t0 = {0}, t1 = {0};
       long i = 0;
-      for (; i + 32 <= npos; i += 32) {
-        plait_v16 g0 = *(const plait_v16*)(gp + i), g1 = *(const plait_v16*)(gp + i + 16);
+      for (; i + 2 * PLAIT_VW <= npos; i += 2 * PLAIT_VW) {
+        plait_vf g0 = *(const plait_vf*)(gp + i), g1 = *(const plait_vf*)(gp + i + PLAIT_VW);
         s0 += g0, s1 += g1;
-        t0 += g0 * (*(const plait_v16*)(xp + i) - mv), t1 += g1 * (*(const plait_v16*)(xp + i + 16) - mv);
+        t0 += g0 * (*(const plait_vf*)(xp + i) - mv), t1 += g1 * (*(const plait_vf*)(xp + i + PLAIT_VW) - mv);
       }
-      for (; i + 16 <= npos; i += 16) {
-        plait_v16 g0 = *(const plait_v16*)(gp + i);
-        s0 += g0, t0 += g0 * (*(const plait_v16*)(xp + i) - mv);
+      for (; i + PLAIT_VW <= npos; i += PLAIT_VW) {
+        plait_vf g0 = *(const plait_vf*)(gp + i);
+        s0 += g0, t0 += g0 * (*(const plait_vf*)(xp + i) - mv);
       }
-      plait_v16 sv = s0 + s1, tv = t0 + t1;
+      plait_vf sv = s0 + s1, tv = t0 + t1;
       float ps = 0.0f, pt = 0.0f;
-      for (int l = 0; l < 16; l++) ps += sv[l], pt += tv[l];
+      for (int l = 0; l < PLAIT_VW; l++) ps += sv[l], pt += tv[l];
       for (; i < npos; i++) ps += gp[i], pt += gp[i] * (xp[i] - m[ch]);
       s += ps, t += pt;
     }

@@ -2,12 +2,12 @@
 
 resnet's downsampling 3x3 layers ran as implicit GEMMs whose gather (`plait_pack_win`) re-read every input value
 nine times into packed panels on each call, at 1.2-1.6x ONNX Runtime's node time. This kernel is the stems' lanes
-form (plait/codegen/gemm_c.py: `plait_dl_micro`, `plait_dc_band`, `plait_dl_store16`) made for deep inputs: the
-weights are packed once, at plan build, as panels of 16*CV output channels (`pointwise_weight`, the 1x1 lanes
+form (plait/codegen/gemm_c.py: `plait_dl_micro`, `plait_dc_band`, `plait_dl_store`) made for deep inputs: the
+weights are packed once, at plan build, as panels of VW*CV output channels (`pointwise_weight`, the 1x1 lanes
 packing); each task splits a band of input rows into the stride's even and odd columns once, so that a patch element's
 PX output pixels are PX consecutive floats that the micro-kernel broadcasts; a panel's weights run in passes of
 `gemm_c.DIRECT_LANES_KC_BYTES` that stay in L1 over every row of the band; the band's sums go back to the NCHW planes
-through the 16 x 16 transposing store, and the fused epilogue runs on each panel's rows while they are in cache.
+through the VW x VW transposing store, and the fused epilogue runs on each panel's rows while they are in cache.
 Tasks are (image, band of rows, run of panels), so one image's 14x14 or 28x28 plane still feeds both threads.
 """
 
@@ -29,8 +29,8 @@ S2_MIN_PIXELS = 196
 
 def fits(spec: Any) -> bool:
     """Whether convolution product `spec` runs here: a 3x3 window of stride 2 (dilation 1) over one weight for every
-    image (no groups), its patch columns per image (not folded for a weight gradient), a whole number of 16-channel
-    output vectors, at least S2_MIN_CIN input channels and S2_MIN_PIXELS output pixels per image."""
+    image (no groups), its patch columns per image (not folded for a weight gradient), a whole number of
+    gemm_c.VW-channel output vectors, at least S2_MIN_CIN input channels and S2_MIN_PIXELS output pixels per image."""
     win = spec.conv
     if win is None or win.fold or spec.a_nchw is not None:
         return False
@@ -51,17 +51,17 @@ DRIVER = """//@shared-begin plait_conv_s2_@CV@x@PX@
 /* C[bz] (m x n, n = oh * ow) = the convolution of image bz with the packed weights U (panels of CW channels over
    k patch elements, zero past m), as tasks of (image, band of output rows, run of panels). A thread splits a band
    of input rows once for its consecutive tasks on that band; per panel, each pass of kc patch elements runs over
-   every PX pixels of every row of the band into a tile (per 16-channel group: rows x TW pixels), which is then
-   stored to C's planes transposed 16 x 16 at a time and given the epilogue. */
+   every PX pixels of every row of the band into a tile (per PLAIT_VW-channel group: rows x TW pixels), which is
+   then stored to C's planes transposed PLAIT_VW x PLAIT_VW at a time and given the epilogue. */
 static void plait_conv_s2_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* U, const float* X,
                                   long sxb, long sxi, const plait_win* g, float* C, plait_epi_fn epi,
                                   void* const* extra) {
-  enum { CV = @CV@, PX = @PX@, CW = CV * 16 };
+  enum { CV = @CV@, PX = @PX@, L = PLAIT_VW, CW = CV * L };
   int ow = g->ow, oh = n / ow, cin = k / (g->kh * g->kw), sw = g->sw, panels = (m + CW - 1) / CW;
   int nb = (oh + @ROWS@ - 1) / @ROWS@, br = (oh + nb - 1) / nb;
   nb = (oh + br - 1) / br;
   int passes = (int)(((long)k * CW * 4 + @KCB@ - 1) / @KCB@), kc = (k + passes - 1) / passes;
-  int TW = ((ow + PX - 1) / PX * PX + 15) / 16 * 16;
+  int TW = ((ow + PX - 1) / PX * PX + L - 1) / L * L;
   int R = (br - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = (ow + PX - 1) / PX * PX + (g->kw - 1) * g->dw / sw;
   long want = @TPT@L * omp_get_num_threads(), chunks = batch * nb >= want ? 1 : (want + batch * nb - 1) / (batch * nb);
   if (chunks > panels) chunks = panels;
@@ -84,21 +84,21 @@ static void plait_conv_s2_@CV@x@PX@(long batch, long inner, int m, int n, int k,
     float* c = C + bz * (long)m * n;
     for (int pn = pa; pn < pb; pn++) {
       const float* w = U + (long)pn * k * CW;
-      int groups = (m - pn * CW) / 16 < CV ? (m - pn * CW) / 16 : CV;
+      int groups = (m - pn * CW) / L < CV ? (m - pn * CW) / L : CV;
       for (int p0 = 0; p0 < k; p0 += kc)
         for (int r = 0; r < rows; r++) {
           const float* src = buf + (long)r * g->sh * sw * T;
           for (int x0 = 0; x0 < ow; x0 += PX)
             plait_dl_micro_@CV@x@PX@(p0, p0 + kc < k ? p0 + kc : k, koff, src + x0, w,
-                                     tile + ((long)r * TW + x0) * 16, (long)br * TW * 16);
+                                     tile + ((long)r * TW + x0) * L, (long)br * TW * L);
         }
       for (int cg = 0; cg < groups; cg++)
         for (int r = 0; r < rows; r++) {
-          float* d = c + (long)(pn * CW + cg * 16) * n + (long)(oy0 + r) * ow;
-          for (int x0 = 0; x0 < ow; x0 += 16)
-            plait_dl_store16(tile + ((long)(cg * br + r) * TW + x0) * 16, d + x0, n, ow - x0 < 16 ? ow - x0 : 16);
+          float* d = c + (long)(pn * CW + cg * L) * n + (long)(oy0 + r) * ow;
+          for (int x0 = 0; x0 < ow; x0 += L)
+            plait_dl_store(tile + ((long)(cg * br + r) * TW + x0) * L, d + x0, n, ow - x0 < L ? ow - x0 : L);
         }
-      if (epi) epi(c, bz, pn * CW, oy0 * ow, groups * 16, rows * ow, extra);
+      if (epi) epi(c, bz, pn * CW, oy0 * ow, groups * L, rows * ow, extra);
     }
   }
 }

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-VW = 16  # floats per vector register (AVX-512; gcc splits the vector type on narrower hardware)
-# (MR, vectors per row) shapes of the register tile, every one about 24 accumulators
-TILES = ((24, 1), (12, 2), (8, 3), (6, 4))
+from plait.codegen import simd
+
+VW = simd.vector_width()  # floats per vector register: 16 with AVX-512, 8 with AVX2 (plait/codegen/simd.py)
+# (MR, vectors per row) shapes of the register tile: about 24 accumulators of the 32 registers with AVX-512, 12 of the
+# 16 with AVX2 or fewer (each tile also holds its row of B and a broadcast element of A)
+TILES = ((24, 1), (12, 2), (8, 3), (6, 4)) if VW == 16 else ((12, 1), (6, 2), (4, 3))
 KC_MAX = 256
 # Static task schedules. The task loops of the cpu kernels (GEMM, GEMV, pointwise, depthwise, direct and Winograd
 # convolutions) hand each thread a contiguous run of tasks (`schedule(static)`), not one task at a time: a thread then
@@ -97,7 +100,13 @@ def use_gemv(m: int, n: int, k: int, batch: int, sbk: int, sbn: int, small_m: in
 # over the 31 pointwise (1x1) products of mobilenet_v2 and resnet50 at batch 1, two runs of
 # `benchmarks/bench_tiles_c.py` on one thread (docs/benchmarks.md). The one- and two-vector-wide tiles lose even where
 # they pad least (resnet50's 1024x196x256: 24x16 1.8x slower than 8x48), so padding alone picks badly.
-TILE_COST = {(24, 1): 1.67, (12, 2): 1.31, (8, 3): 1.02, (6, 4): 1.05}
+# With 8-float vectors (AVX2): the micro-kernel alone on the Zen 3 guest, one thread, kc 256 in L1 (docs/benchmarks.md,
+# "the vector width follows the host"): 12x1 70, 6x2 84-92, 4x3 64 GFLOP/s.
+TILE_COST = (
+    {(24, 1): 1.67, (12, 2): 1.31, (8, 3): 1.02, (6, 4): 1.05}
+    if VW == 16
+    else {(12, 1): 1.25, (6, 2): 1.0, (4, 3): 1.35}
+)
 
 
 def pick_tile(m: int, n: int) -> tuple[int, int]:
@@ -145,6 +154,8 @@ _COMMON_SRC = """//@shared-begin plait_gemm_common
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+#define PLAIT_VW @VW@ /* floats per vector register (plait/codegen/simd.py) */
+typedef float plait_vf __attribute__((vector_size(PLAIT_VW * 4), aligned(4)));
 typedef float plait_v16 __attribute__((vector_size(64), aligned(4)));
 typedef void (*plait_epi_fn)(float* c, long bz, int i0, int j0, int mr, int nr, void* const* extra);
 /* The patch geometry of an implicit-GEMM B operand: row k = (channel, ky, kx), column j = (oy, ox). */
@@ -194,8 +205,8 @@ static void plait_pack_b(const float* b, long sbk, long sbn, int pc, int kc, int
         if (j1 - j < run) run = j1 - j;
         float* d = bp + (long)(t - pj) * ldp + pj + (long)p * nr;
         int w = n - j < run ? (n - j > 0 ? n - j : 0) : run;
-        if (w == nr && nr % 16 == 0) { /* a whole panel's row by vector moves, not a memcpy call */
-          for (int q = 0; q < nr; q += 16) *(plait_v16*)(d + q) = *(const plait_v16*)(s + j + q);
+        if (w == nr && nr % PLAIT_VW == 0) { /* a whole panel's row by vector moves, not a memcpy call */
+          for (int q = 0; q < nr; q += PLAIT_VW) *(plait_vf*)(d + q) = *(const plait_vf*)(s + j + q);
         } else {
           memcpy(d, s + j, sizeof(float) * w);
           for (int q = w; q < run; q++) d[q] = 0.0f;
@@ -319,7 +330,7 @@ static void plait_pack(const float* b, long sbb, long sbi, long inner, long imag
 def common() -> str:
     """The packing library with PACK_AHEAD substituted (COMMON is this at import; benchmarks re-render it after
     changing the constant)."""
-    return _COMMON_SRC.replace("@PACK_AHEAD@", str(PACK_AHEAD))
+    return _COMMON_SRC.replace("@PACK_AHEAD@", str(PACK_AHEAD)).replace("@VW@", str(VW))
 
 
 COMMON = common()
@@ -331,30 +342,30 @@ COMMON = common()
 # blocks and are summed into C at the last one.
 FRINGE = """//@shared-begin plait_gemm_fringe
 /* Four rows ar[i] (a row past the block repeats the last one) times R <= 4 columns of B held along k (fb, ldf
-   apart, zero past kc) over kc elements: part[i * 4 + q] (16 lanes along k) accumulates row i, column q. */
+   apart, zero past kc) over kc elements: part[i * 4 + q] (PLAIT_VW lanes along k) accumulates row i, column q. */
 static inline __attribute__((always_inline)) void plait_fringe_rows(int R, int kc, const float* const* ar,
-                                                                  const float* fb, long ldf, plait_v16* part) {
-  plait_v16 acc[4][4];
+                                                                  const float* fb, long ldf, plait_vf* part) {
+  plait_vf acc[4][4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
     for (int q = 0; q < R; q++) acc[i][q] = part[i * 4 + q];
-  int k16 = kc / 16 * 16;
-  for (int p = 0; p <= k16; p += 16) {
-    plait_v16 av[4], bv[4];
-    if (p == k16) { /* the last kc % 16 elements: A's rows end there, so they are copied into zeroed vectors */
+  int k16 = kc / PLAIT_VW * PLAIT_VW;
+  for (int p = 0; p <= k16; p += PLAIT_VW) {
+    plait_vf av[4], bv[4];
+    if (p == k16) { /* the last kc % PLAIT_VW elements: A's rows end there, so they are copied into zeroed vectors */
       if (p == kc) break;
 #pragma GCC unroll 4
       for (int i = 0; i < 4; i++) {
-        av[i] = (plait_v16){0};
+        av[i] = (plait_vf){0};
         memcpy(&av[i], ar[i] + p, sizeof(float) * (size_t)(kc - p));
       }
     } else {
 #pragma GCC unroll 4
-      for (int i = 0; i < 4; i++) av[i] = *(const plait_v16*)(ar[i] + p);
+      for (int i = 0; i < 4; i++) av[i] = *(const plait_vf*)(ar[i] + p);
     }
 #pragma GCC unroll 4
-    for (int q = 0; q < R; q++) bv[q] = *(const plait_v16*)(fb + q * ldf + p);
+    for (int q = 0; q < R; q++) bv[q] = *(const plait_vf*)(fb + q * ldf + p);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
@@ -399,13 +410,13 @@ static void plait_fringe_cols(const float* b, long sbk, long sbn, const plait_wi
 /* Rows [0, mr) of A (a, lda apart) times the R fringe columns of B for one k block; at the first block the partial
    sums start from zero, at the last they are summed into C (c, element (i, q) at i * rs + q * cs; last 2: added to
    C), row i scaled by sc[i] when sc is set. */
-static void plait_fringe(int R, int kc, const float* a, long lda, const float* fb, long ldf, plait_v16* part,
+static void plait_fringe(int R, int kc, const float* a, long lda, const float* fb, long ldf, plait_vf* part,
                          int first, int last, float* c, long rs, long cs, int mr, const float* sc) {
-  if (first) memset(part, 0, sizeof(plait_v16) * 4 * (size_t)((mr + 3) / 4 * 4));
+  if (first) memset(part, 0, sizeof(plait_vf) * 4 * (size_t)((mr + 3) / 4 * 4));
   for (int i0 = 0; i0 < mr; i0 += 4) {
     const float* ar[4];
     for (int i = 0; i < 4; i++) ar[i] = a + (long)(i0 + i < mr ? i0 + i : mr - 1) * lda;
-    plait_v16* pt = part + i0 * 4;
+    plait_vf* pt = part + i0 * 4;
     switch (R) {
       case 1: plait_fringe_rows(1, kc, ar, fb, ldf, pt); break;
       case 2: plait_fringe_rows(2, kc, ar, fb, ldf, pt); break;
@@ -417,7 +428,7 @@ static void plait_fringe(int R, int kc, const float* a, long lda, const float* f
   for (int i = 0; i < mr; i++)
     for (int q = 0; q < R; q++) {
       float sum = 0.0f;
-      for (int l = 0; l < 16; l++) sum += part[i * 4 + q][l];
+      for (int l = 0; l < PLAIT_VW; l++) sum += part[i * 4 + q][l];
       if (sc) sum *= sc[i];
       c[i * rs + q * cs] = last > 1 ? c[i * rs + q * cs] + sum : sum;
     }
@@ -438,21 +449,21 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
     return f"""static inline __attribute__((always_inline)) void plait_microx_{t}(int kc, const float* restrict a, long lda,
     const float* restrict bp, float* restrict c, long rs, long cs, int mr, int nr, int add, const float* sc,
     int fuse, const float* restrict src, long ldb, float* restrict pk) {{
-  plait_v16 acc[{mr}][{nv}];
+  plait_vf acc[{mr}][{nv}];
 #pragma GCC unroll {mr}
   for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_v16){{0}};
+    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_vf){{0}};
   for (int p = 0; p < kc; p++) {{
-    plait_v16 b[{nv}];
+    plait_vf b[{nv}];
     if (fuse) {{ /* (a compile-time constant) B read where it lies, row p at src + p * ldb, and packed on the way */
 #pragma GCC unroll {nv}
-      for (int v = 0; v < {nv}; v++) b[v] = *(const plait_v16*)(src + p * ldb + v * {VW});
+      for (int v = 0; v < {nv}; v++) b[v] = *(const plait_vf*)(src + p * ldb + v * {VW});
 #pragma GCC unroll {nv}
-      for (int v = 0; v < {nv}; v++) *(plait_v16*)(pk + p * {pnr} + v * {VW}) = b[v];
+      for (int v = 0; v < {nv}; v++) *(plait_vf*)(pk + p * {pnr} + v * {VW}) = b[v];
     }} else {{
 #pragma GCC unroll {nv}
-      for (int v = 0; v < {nv}; v++) b[v] = *(const plait_v16*)(bp + p * {pnr} + v * {VW});
+      for (int v = 0; v < {nv}; v++) b[v] = *(const plait_vf*)(bp + p * {pnr} + v * {VW});
     }}
 #pragma GCC unroll {mr}
     for (int i = 0; i < {mr}; i++) {{
@@ -474,7 +485,7 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
     for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
       for (int v = 0; v < {nv}; v++) {{
-        plait_v16* dst = (plait_v16*)(c + i * rs + v * {VW});
+        plait_vf* dst = (plait_vf*)(c + i * rs + v * {VW});
         *dst = add ? *dst + acc[i][v] : acc[i][v];
       }}
   }} else {{ /* a partial or transposed tile: vector stores to the stack, then element runs (acc is never indexed
@@ -483,7 +494,7 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
 #pragma GCC unroll {mr}
     for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
-      for (int v = 0; v < {nv}; v++) *(plait_v16*)(tmp + i * {nr} + v * {VW}) = acc[i][v];
+      for (int v = 0; v < {nv}; v++) *(plait_vf*)(tmp + i * {nr} + v * {VW}) = acc[i][v];
     for (int i = 0; i < mr; i++) {{
       float* restrict ci = c + i * rs;
       const float* ti = tmp + i * {nr};
@@ -578,10 +589,10 @@ static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam
   if (o1 > m) o1 = m;
   long ldf = (kc + 15) / 16 * 16;
   float* mine = part + (size_t)me * m * n;
-  float* bp = plait_scratch((size_t)kc * npad + (size_t)kc * {mr} + (fr ? (size_t)ldf * 4 + {(mr + 3) // 4 * 4 * 64} : 0));
+  float* bp = plait_scratch((size_t)kc * npad + (size_t)kc * {mr} + (fr ? (size_t)ldf * 4 + {(mr + 3) // 4 * 4 * 4 * VW} : 0));
   float* ap = bp + (size_t)kc * npad;
   float* fb = ap + (size_t)kc * {mr};
-  plait_v16* fpart = (plait_v16*)(fb + (size_t)ldf * 4);
+  plait_vf* fpart = (plait_vf*)(fb + (size_t)ldf * 4);
   long jend = fr ? jf : npad;
   plait_pack(B, 0, 0, 1, 0, sbk, sbn, win, k0, kc, kc, 0, jend, n, {nr}, bp);
   if (fr) plait_fringe_cols(B, sbk, sbn, win, k0, kc, jf, fr, fb, ldf);
@@ -703,11 +714,11 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
       float* c = C + bz * (long)m * n;
       int fringe = fr && j1 > jf;
       /* fringe partial sums: per row block of the task, its rows rounded up to 4, 4 vectors each */
-      size_t nfb = fringe ? (size_t)ldf * 4 + (size_t)((i1 - i0 + {mr - 1}) / {mr}) * {(mr + 3) // 4 * 4 * 64} : 0;
+      size_t nfb = fringe ? (size_t)ldf * 4 + (size_t)((i1 - i0 + {mr - 1}) / {mr}) * {(mr + 3) // 4 * 4 * 4 * VW} : 0;
       float* ap = plait_scratch((size_t)kcm * (j1 - j0) + (size_t)kcm * (i1 - i0 + {mr}) + nfb);
       float* bp = ap + (size_t)kcm * (i1 - i0 + {mr});
       float* fb = bp + (size_t)kcm * (j1 - j0);
-      plait_v16* part = (plait_v16*)(fb + (size_t)ldf * 4);
+      plait_vf* part = (plait_vf*)(fb + (size_t)ldf * 4);
       long jend = fringe ? jf : j1;
       /* FUSE_PACK: whole panels of a row-contiguous B, columns [j0, jw), are packed in every k block by the first row
          block's micro-kernels as they read them; the rest (a partial last panel) before them */
@@ -765,21 +776,21 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
 
 GEMV = """//@shared-begin plait_gemv
 /* Partial sums of up to M = 4 rows of A with four weight rows bq[q] (B columns contiguous along k) over kc
-   (a multiple of 16) elements from pc: part[i * 4 + q] holds row i, column q as a vector, added to in place. */
+   (a multiple of PLAIT_VW) elements from pc: part[i * 4 + q] holds row i, column q as a vector, added to in place. */
 static inline __attribute__((always_inline)) void plait_gemv_dot_block(int M, int kc, const float* a, long lda,
                                                                      const float* const* bq, int pc,
-                                                                     plait_v16* part) {
-  plait_v16 acc[4][4];
+                                                                     plait_vf* part) {
+  plait_vf acc[4][4];
 #pragma GCC unroll 4
   for (int i = 0; i < M; i++)
     for (int q = 0; q < 4; q++) acc[i][q] = part[i * 4 + q];
   const float *b0 = bq[0] + pc, *b1 = bq[1] + pc, *b2 = bq[2] + pc, *b3 = bq[3] + pc;
-  for (int p = 0; p < kc; p += 16) {
-    plait_v16 w0 = *(const plait_v16*)(b0 + p), w1 = *(const plait_v16*)(b1 + p);
-    plait_v16 w2 = *(const plait_v16*)(b2 + p), w3 = *(const plait_v16*)(b3 + p);
+  for (int p = 0; p < kc; p += PLAIT_VW) {
+    plait_vf w0 = *(const plait_vf*)(b0 + p), w1 = *(const plait_vf*)(b1 + p);
+    plait_vf w2 = *(const plait_vf*)(b2 + p), w3 = *(const plait_vf*)(b3 + p);
 #pragma GCC unroll 4
     for (int i = 0; i < M; i++) {
-      plait_v16 av = *(const plait_v16*)(a + i * lda + p);
+      plait_vf av = *(const plait_vf*)(a + i * lda + p);
       acc[i][0] += av * w0;
       acc[i][1] += av * w1;
       acc[i][2] += av * w2;
@@ -799,15 +810,15 @@ static inline __attribute__((always_inline)) void plait_gemv_dot_block(int M, in
 static void plait_gemv_dot(int m, int k, const float* a, long lda, const float* b, long sbn, float* c, long ldc,
                            int j0, int j1) {
   enum { KC = 1024 };
-  int k16 = k / 16 * 16;
-  plait_v16 part[16 * 4];
+  int k16 = k / PLAIT_VW * PLAIT_VW;
+  plait_vf part[16 * 4];
   for (int j = j0; j < j1; j += 4) {
     int nj = j1 - j < 4 ? j1 - j : 4;
     const float* bq[4]; /* a partial block repeats its last column rather than read past j1 */
     for (int q = 0; q < 4; q++) bq[q] = b + (long)(j + (q < nj ? q : nj - 1)) * sbn;
     for (int i0 = 0; i0 < m; i0 += 16) {
       int mi = m - i0 < 16 ? m - i0 : 16;
-      memset(part, 0, sizeof(plait_v16) * 4 * (size_t)mi);
+      memset(part, 0, sizeof(plait_vf) * 4 * (size_t)mi);
       for (int pc = 0; pc < k16; pc += KC) {
         int kc = k16 - pc < KC ? k16 - pc : KC;
         for (int r = 0; r < mi; r += 4) {
@@ -823,7 +834,7 @@ static void plait_gemv_dot(int m, int k, const float* a, long lda, const float* 
         const float* ai = a + (long)(i0 + i) * lda;
         for (int q = 0; q < nj; q++) {
           float s = 0.0f;
-          for (int l = 0; l < 16; l++) s += part[i * 4 + q][l];
+          for (int l = 0; l < PLAIT_VW; l++) s += part[i * 4 + q][l];
           for (int p = k16; p < k; p++) s += ai[p] * bq[q][p];
           c[(long)(i0 + i) * ldc + j + q] = s;
         }
@@ -936,25 +947,26 @@ static void plait_sgemv(long batch, long inner, int m, int n, int k, const float
 DEPTHWISE = """//@shared-begin plait_dwconv
 /* A depthwise convolution (one filter per channel plane); planes are independent tasks, and epi runs on each
    finished plane. */
-typedef int plait_i16 __attribute__((vector_size(64)));
-/* One block of up to 64 outputs of an output row (NV vectors), every tap a contiguous read at its precomputed offset
-   `off[tap]`; the sums stay in registers across the taps. */
+typedef int plait_dw_vi __attribute__((vector_size(PLAIT_VW * 4)));
+enum { PLAIT_DW_NV = @DW_NV@, PLAIT_DW_BLOCK = PLAIT_DW_NV * PLAIT_VW }; /* vectors, outputs of a plait_dw_row block */
+/* One block of up to PLAIT_DW_BLOCK outputs of an output row (NV vectors), every tap a contiguous read at its
+   precomputed offset `off[tap]`; the sums stay in registers across the taps. */
 static inline __attribute__((always_inline)) void plait_dw_row(int NV, const float* base, const int* off, int taps,
                                                              const float* w, int cnt, float* out) {
-  plait_v16 acc[4] = {{0}};
+  plait_vf acc[PLAIT_DW_NV] = {{0}};
   for (int t = 0; t < taps; t++) {
     const float* s = base + off[t];
     float wv = w[t];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) acc[v] += wv * *(const plait_v16*)(s + 16 * v);
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) acc[v] += wv * *(const plait_vf*)(s + PLAIT_VW * v);
   }
-  if (cnt == 16 * NV) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) *(plait_v16*)(out + 16 * v) = acc[v];
+  if (cnt == PLAIT_VW * NV) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) *(plait_vf*)(out + PLAIT_VW * v) = acc[v];
   } else {
-    float tmp[64] __attribute__((aligned(64)));
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) *(plait_v16*)(tmp + 16 * v) = acc[v];
+    float tmp[PLAIT_DW_BLOCK] __attribute__((aligned(64)));
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) *(plait_vf*)(tmp + PLAIT_VW * v) = acc[v];
     memcpy(out, tmp, sizeof(float) * (size_t)cnt);
   }
 }
@@ -965,8 +977,8 @@ static inline __attribute__((always_inline)) void plait_dw_row(int NV, const flo
 static void plait_dw_plane(const float* x, const float* w, const plait_win* g, int oh, float* c) {
   int ow = g->ow, taps = g->kh * g->kw;
   long rows = (long)oh + (long)(g->kh - 1) * g->dh; /* padded rows any output reads */
-  long need = (long)(g->kw - 1) * g->dw + (ow + 15) / 16 * 16, cols = g->w + 2 * g->pw;
-  long pitch = ((need > cols ? need : cols) + 15) / 16 * 16;
+  long need = (long)(g->kw - 1) * g->dw + (ow + PLAIT_VW - 1) / PLAIT_VW * PLAIT_VW, cols = g->w + 2 * g->pw;
+  long pitch = ((need > cols ? need : cols) + PLAIT_VW - 1) / PLAIT_VW * PLAIT_VW;
   float* pad = plait_scratch((size_t)(rows * pitch));
   int off[taps];
   for (int ky = 0; ky < g->kh; ky++)
@@ -979,29 +991,26 @@ static void plait_dw_plane(const float* x, const float* w, const plait_win* g, i
   }
   for (int oy = 0; oy < oh; oy++) {
     const float* base = pad + (long)oy * pitch;
-    for (int ox0 = 0; ox0 < ow; ox0 += 64) {
-      int cnt = ow - ox0 < 64 ? ow - ox0 : 64;
+    for (int ox0 = 0; ox0 < ow; ox0 += PLAIT_DW_BLOCK) {
+      int cnt = ow - ox0 < PLAIT_DW_BLOCK ? ow - ox0 : PLAIT_DW_BLOCK;
       float* out = c + (long)oy * ow + ox0;
-      switch ((cnt + 15) / 16) {
-        case 1: plait_dw_row(1, base + ox0, off, taps, w, cnt, out); break;
-        case 2: plait_dw_row(2, base + ox0, off, taps, w, cnt, out); break;
-        case 3: plait_dw_row(3, base + ox0, off, taps, w, cnt, out); break;
-        default: plait_dw_row(4, base + ox0, off, taps, w, cnt, out); break;
+      switch ((cnt + PLAIT_VW - 1) / PLAIT_VW) {
+//@dw_row_cases
       }
     }
   }
 }
 
 /* One stride-1 plane with narrow rows: the input is copied into a zero-padded plane whose pitch is the padded row
-   width, and the outputs are computed at the padded positions q = oy * pitch + ox in runs of 64 that span rows (a
-   row of 7 or 14 outputs would leave most of a 64-output block idle), every tap one contiguous read at q + off[tap];
-   the positions past each row's last output are computed and dropped when the rows are copied out. Unlike 16 planes
-   across the vector lanes, no transposes (two 16x16 shuffles per 16 pixels there). */
+   width, and the outputs are computed at the padded positions q = oy * pitch + ox in runs of PLAIT_DW_BLOCK that
+   span rows (a row of 7 or 14 outputs would leave most of a block idle), every tap one contiguous read at
+   q + off[tap]; the positions past each row's last output are computed and dropped when the rows are copied out.
+   Unlike planes across the vector lanes, no transposes (two per vector of pixels there). */
 static void plait_dw_flat(const float* x, const float* w, const plait_win* g, int oh, float* c) {
   int ow = g->ow, taps = g->kh * g->kw, reach = (g->kw - 1) * g->dw + ow, pitch = g->w + 2 * g->pw;
   if (pitch < reach) pitch = reach;
   long rows = (long)oh + (long)(g->kh - 1) * g->dh; /* padded rows any output reads */
-  long nq = ((long)(oh - 1) * pitch + ow + 63) / 64 * 64; /* positions computed, whole 64-output blocks */
+  long nq = ((long)(oh - 1) * pitch + ow + PLAIT_DW_BLOCK - 1) / PLAIT_DW_BLOCK * PLAIT_DW_BLOCK; /* whole blocks */
   long size = nq + (long)(g->kh - 1) * g->dh * pitch + (g->kw - 1) * g->dw; /* one past the furthest read */
   if (size < rows * pitch) size = rows * pitch;
   float* pad = plait_scratch((size_t)(size + nq));
@@ -1015,66 +1024,68 @@ static void plait_dw_flat(const float* x, const float* w, const plait_win* g, in
     long iy = y - g->ph;
     if (iy >= 0 && iy < g->h) memcpy(pad + y * pitch + g->pw, x + iy * g->w, sizeof(float) * (size_t)cw);
   }
-  for (long q = 0; q < nq; q += 64) plait_dw_row(4, pad + q, off, taps, w, 64, out + q);
+  for (long q = 0; q < nq; q += PLAIT_DW_BLOCK)
+    plait_dw_row(PLAIT_DW_NV, pad + q, off, taps, w, PLAIT_DW_BLOCK, out + q);
   for (int oy = 0; oy < oh; oy++) memcpy(c + (long)oy * ow, out + (long)oy * pitch, sizeof(float) * (size_t)ow);
 }
 
-/* Eight outputs of 16 planes side by side (one plane per vector lane), each output pixel at offset pix[v] of the
-   channel-interleaved padded input, every tap one aligned vector load at off[t]; eight accumulators hide the FMA
+/* Eight outputs of PLAIT_VW planes side by side (one plane per vector lane), each output pixel at offset pix[v] of
+   the channel-interleaved padded input, every tap one aligned vector load at off[t]; eight accumulators hide the FMA
    latency over the few taps. */
 static inline __attribute__((always_inline)) void plait_dw_lanes8(const float* p, const int* pix, const int* off,
                                                                 int taps, const float* wv, float* o) {
-  plait_v16 acc[8] = {{0}};
+  plait_vf acc[8] = {{0}};
   for (int t = 0; t < taps; t++) {
-    plait_v16 w = *(const plait_v16*)(wv + 16 * t);
+    plait_vf w = *(const plait_vf*)(wv + PLAIT_VW * t);
     const float* s = p + off[t];
 #pragma GCC unroll 8
-    for (int v = 0; v < 8; v++) acc[v] += w * *(const plait_v16*)(s + pix[v]);
+    for (int v = 0; v < 8; v++) acc[v] += w * *(const plait_vf*)(s + pix[v]);
   }
 #pragma GCC unroll 8
-  for (int v = 0; v < 8; v++) *(plait_v16*)(o + 16 * v) = acc[v];
+  for (int v = 0; v < 8; v++) *(plait_vf*)(o + PLAIT_VW * v) = acc[v];
 }
 
-/* A 16x16 block: rows r[0..15] in, columns out (r[q][l] becomes r[l][q]), by plait_transpose16's shuffles. */
-static inline __attribute__((always_inline)) void plait_transpose16(plait_v16* r) {
-//@transpose16
+/* A PLAIT_VW x PLAIT_VW block: rows r[0..VW-1] in, columns out (r[q][l] becomes r[l][q]), by shuffles. */
+static inline __attribute__((always_inline)) void plait_dw_transpose(plait_vf* r) {
+//@transpose
 }
 
-/* Rows y0 .. y0 + rn - 1 of the zero-padded input of up to 16 planes (xs[l], l < lanes) into d, channel-minor (pixel
-   (y, x) of the buffer is the vector d[(y - y0) * cols + x]): 16-pixel runs of the planes' rows are transposed in
-   registers; lanes past `lanes` are zero. */
+/* Rows y0 .. y0 + rn - 1 of the zero-padded input of up to PLAIT_VW planes (xs[l], l < lanes) into d, channel-minor
+   (pixel (y, x) of the buffer is the vector d[(y - y0) * cols + x]): vector-long runs of the planes' rows are
+   transposed in registers; lanes past `lanes` are zero. */
 static void plait_dw_interleave(const float* const* xs, int lanes, const plait_win* g, int y0, int rn, int cols,
                                 float* d) {
   int x1 = g->w + g->pw < cols ? g->w : cols - g->pw;
-  plait_v16 r[16];
-  for (int yb = 0; yb < rn; yb++, d += (long)cols * 16) {
+  plait_vf r[PLAIT_VW];
+  for (int yb = 0; yb < rn; yb++, d += (long)cols * PLAIT_VW) {
     int iy = y0 + yb - g->ph;
     if (iy < 0 || iy >= g->h) {
-      memset(d, 0, sizeof(float) * 16 * (size_t)cols);
+      memset(d, 0, sizeof(float) * PLAIT_VW * (size_t)cols);
       continue;
     }
-    memset(d, 0, sizeof(float) * 16 * (size_t)g->pw);
-    memset(d + (long)(g->pw + x1) * 16, 0, sizeof(float) * 16 * (size_t)(cols - g->pw - x1));
+    memset(d, 0, sizeof(float) * PLAIT_VW * (size_t)g->pw);
+    memset(d + (long)(g->pw + x1) * PLAIT_VW, 0, sizeof(float) * PLAIT_VW * (size_t)(cols - g->pw - x1));
     long at = (long)iy * g->w;
-    for (int x0 = 0; x0 < x1; x0 += 16) {
-      int cnt = x1 - x0 < 16 ? x1 - x0 : 16, whole = at + x0 + 16 <= (long)g->h * g->w; /* read stays in the plane */
-      for (int l = 0; l < 16; l++) {
+    for (int x0 = 0; x0 < x1; x0 += PLAIT_VW) {
+      int cnt = x1 - x0 < PLAIT_VW ? x1 - x0 : PLAIT_VW;
+      int whole = at + x0 + PLAIT_VW <= (long)g->h * g->w; /* the read stays in the plane */
+      for (int l = 0; l < PLAIT_VW; l++) {
         const float* s = xs[l] + at + x0;
         if (l < lanes && whole) {
-          r[l] = *(const plait_v16*)s; /* columns past cnt are read but never stored */
+          r[l] = *(const plait_vf*)s; /* columns past cnt are read but never stored */
         } else {
-          r[l] = (plait_v16){0};
+          r[l] = (plait_vf){0};
           if (l < lanes)
             for (int j = 0; j < cnt; j++) r[l][j] = s[j];
         }
       }
-      plait_transpose16(r);
-      for (int q = 0; q < cnt; q++) *(plait_v16*)(d + 16 * (g->pw + x0 + q)) = r[q];
+      plait_dw_transpose(r);
+      for (int q = 0; q < cnt; q++) *(plait_vf*)(d + PLAIT_VW * (g->pw + x0 + q)) = r[q];
     }
   }
 }
 
-/* Up to 16 planes (`lanes`, starting at plane bz0) side by side, one per vector lane: a plane-wise kernel leaves most
+/* Up to PLAIT_VW planes (`lanes`, from plane bz0) side by side, one per vector lane: a plane-wise kernel leaves most
    of a vector idle on short rows (7 or 14 outputs in mobilenet_v2) and needs a deinterleave for strided taps, while
    across planes every tap of every output pixel is one whole-vector load. Output rows run in strips whose
    channel-minor input (plait_dw_interleave) stays in L1; the outputs are transposed back into the planes at the end. */
@@ -1085,56 +1096,57 @@ static void plait_dw_lanes(long bz0, int lanes, long inner, int n, const float* 
   enum { STRIP_BYTES = 32768 };
   int taps = g->kh * g->kw, ow = g->ow, oh = n / ow, span = (g->kh - 1) * g->dh + 1;
   int cols = (ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
-  int so = (STRIP_BYTES / (cols * 64) - span) / g->sh + 1; /* output rows per strip */
+  int so = (STRIP_BYTES / (cols * PLAIT_VW * 4) - span) / g->sh + 1; /* output rows per strip */
   if (so < 1) so = 1;
   if (so > oh) so = oh;
-  int rows = (so - 1) * g->sh + span, n16 = (n + 15) / 16 * 16;
-  float* p = plait_scratch((size_t)((long)rows * cols + n16 + taps) * 16);
-  float* restrict o = p + (long)rows * cols * 16;
-  float* restrict wv = o + (long)n16 * 16;
-  const float* xs[16];
-  memset(wv, 0, sizeof(float) * 16 * (size_t)taps);
+  int rows = (so - 1) * g->sh + span, nr = (n + PLAIT_VW - 1) / PLAIT_VW * PLAIT_VW;
+  float* p = plait_scratch((size_t)((long)rows * cols + nr + taps) * PLAIT_VW);
+  float* restrict o = p + (long)rows * cols * PLAIT_VW;
+  float* restrict wv = o + (long)nr * PLAIT_VW;
+  const float* xs[PLAIT_VW];
+  memset(wv, 0, sizeof(float) * PLAIT_VW * (size_t)taps);
   long plane = (long)g->h * g->w;
   for (int l = 0; l < lanes; l++) {
     long bz = bz0 + l;
     const float* w = A + bz / inner * sab + bz % inner * sai;
     xs[l] = X + bz / inner * sxb + bz % inner * sxi;
-    for (int t = 0; t < taps; t++) wv[16 * t + l] = w[t];
-    /* small planes are read row by row across all 16 at once: their lines requested up front arrive together */
+    for (int t = 0; t < taps; t++) wv[PLAIT_VW * t + l] = w[t];
+    /* small planes are read row by row across all lanes at once: their lines requested up front arrive together */
     if (plane <= PLAIT_DW_PREFETCH)
       for (long o = 0; o < plane; o += 16) __builtin_prefetch(xs[l] + o);
   }
   int off[taps], pix[so * ow];
   for (int ky = 0; ky < g->kh; ky++)
-    for (int kx = 0; kx < g->kw; kx++) off[ky * g->kw + kx] = (ky * g->dh * cols + kx * g->dw) * 16;
+    for (int kx = 0; kx < g->kw; kx++) off[ky * g->kw + kx] = (ky * g->dh * cols + kx * g->dw) * PLAIT_VW;
   for (int oy = 0; oy < so; oy++)
-    for (int ox = 0; ox < ow; ox++) pix[oy * ow + ox] = (oy * g->sh * cols + ox * g->sw) * 16;
+    for (int ox = 0; ox < ow; ox++) pix[oy * ow + ox] = (oy * g->sh * cols + ox * g->sw) * PLAIT_VW;
   for (int oy0 = 0; oy0 < oh; oy0 += so) {
     int sn = (oh - oy0 < so ? oh - oy0 : so) * ow, q = 0;
-    float* os = o + (long)oy0 * ow * 16;
+    float* os = o + (long)oy0 * ow * PLAIT_VW;
     plait_dw_interleave(xs, lanes, g, oy0 * g->sh, (sn / ow - 1) * g->sh + span, cols, p);
-    for (; q + 8 <= sn; q += 8) plait_dw_lanes8(p, pix + q, off, taps, wv, os + 16 * q);
+    for (; q + 8 <= sn; q += 8) plait_dw_lanes8(p, pix + q, off, taps, wv, os + PLAIT_VW * q);
     for (; q < sn; q++) {
-      plait_v16 acc = {0};
-      for (int t = 0; t < taps; t++) acc += *(const plait_v16*)(wv + 16 * t) * *(const plait_v16*)(p + pix[q] + off[t]);
-      *(plait_v16*)(os + 16 * q) = acc;
+      plait_vf acc = {0};
+      for (int t = 0; t < taps; t++)
+        acc += *(const plait_vf*)(wv + PLAIT_VW * t) * *(const plait_vf*)(p + pix[q] + off[t]);
+      *(plait_vf*)(os + PLAIT_VW * q) = acc;
     }
   }
-  plait_v16 r[16];
-  for (int q0 = 0; q0 < n; q0 += 16) {
-    int cnt = n - q0 < 16 ? n - q0 : 16;
-    for (int v = 0; v < 16; v++) r[v] = *(const plait_v16*)(o + 16 * (q0 + v)); /* o has room for n16 pixels */
-    plait_transpose16(r);
+  plait_vf r[PLAIT_VW];
+  for (int q0 = 0; q0 < n; q0 += PLAIT_VW) {
+    int cnt = n - q0 < PLAIT_VW ? n - q0 : PLAIT_VW;
+    for (int v = 0; v < PLAIT_VW; v++) r[v] = *(const plait_vf*)(o + PLAIT_VW * (q0 + v)); /* room for nr pixels */
+    plait_dw_transpose(r);
     for (int l = 0; l < lanes; l++) {
       float* c = C + (bz0 + l) * (long)n + q0;
-      if (cnt == 16) *(plait_v16*)c = r[l];
+      if (cnt == PLAIT_VW) *(plait_vf*)c = r[l];
       else
         for (int j = 0; j < cnt; j++) c[j] = r[l][j];
     }
   }
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && PLAIT_VW == 16 /* 16-bit masks: one per 16-float vector */
 #include <immintrin.h>
 /* For a stride-1 plane whose output has the input's size (padding keeps it), output position q = oy * w + ox reads
    tap t at input position q + off[t]: the two planes share their row pitch, so each tap of 16 outputs is one
@@ -1212,21 +1224,21 @@ static void plait_dw_masked(const float* x, const float* w, int taps, const int*
 }
 #endif
 
-/* `lanes` 1: the planes run 16 at a time across the vector lanes (plait_dw_lanes); 3: read in place with masked
-   loads (plait_dw_masked; where AVX-512 is missing, as 2); else one by one, 2 in runs across their rows
-   (plait_dw_flat), 0 row by row (plait_dw_plane). */
+/* `lanes` 1: the planes run PLAIT_VW at a time across the vector lanes (plait_dw_lanes); 3: read in place with
+   masked loads (plait_dw_masked; without AVX-512 and 16-float vectors, as 2); else one by one, 2 in runs across their
+   rows (plait_dw_flat), 0 row by row (plait_dw_plane). */
 static void plait_dwconv(long batch, long inner, int n, const float* A, long sab, long sai, const float* X, long sxb,
                          long sxi, const plait_win* g, int lanes, float* C, plait_epi_fn epi, void* const* extra) {
   if (lanes == 1) {
 #pragma omp for schedule(static) nowait
-    for (long b0 = 0; b0 < batch; b0 += 16) {
-      int lanes = batch - b0 < 16 ? (int)(batch - b0) : 16;
+    for (long b0 = 0; b0 < batch; b0 += PLAIT_VW) {
+      int lanes = batch - b0 < PLAIT_VW ? (int)(batch - b0) : PLAIT_VW;
       plait_dw_lanes(b0, lanes, inner, n, A, sab, sai, X, sxb, sxi, g, C);
       if (epi) epi(C + b0 * (long)n, b0, 0, 0, lanes, n, extra); /* the group's planes are rows of one call */
     }
     return;
   }
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && PLAIT_VW == 16
   if (lanes == 3) {
     int taps = g->kh * g->kw, nvec = (n + 15) / 16;
     int off[taps];
@@ -1260,39 +1272,61 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
 """
 
 
-def shuffle_pair(step: int, lo: list[int], hi: list[int], itype: str) -> str:
-    """C statements making `lo` and `hi`, each a two-source shuffle of the rows r[i] and r[i + step] by a 16-lane
-    mask, spelled for clang (__builtin_shufflevector) and for gcc (__builtin_shuffle with an `itype` mask vector)."""
+def shuffle_pair(step: int, lo: list[int], hi: list[int], itype: str, vtype: str = "plait_v16") -> str:
+    """C statements making `lo` and `hi` (of the vector type `vtype`), each a two-source shuffle of the rows r[i] and
+    r[i + step] by a mask of len(lo) lanes, spelled for clang (__builtin_shufflevector) and for gcc (__builtin_shuffle
+    with an `itype` mask vector)."""
     out = []
     for name, mask in (("lo", lo), ("hi", hi)):
         idx = ", ".join(map(str, mask))
         out.append(
-            f"#if defined(__clang__)\n      plait_v16 {name} = __builtin_shufflevector(r[i], r[i + {step}], {idx});\n"
-            f"#else\n      plait_v16 {name} = __builtin_shuffle(r[i], r[i + {step}], ({itype}){{{idx}}});\n#endif\n"
+            f"#if defined(__clang__)\n      {vtype} {name} = __builtin_shufflevector(r[i], r[i + {step}], {idx});\n"
+            f"#else\n      {vtype} {name} = __builtin_shuffle(r[i], r[i + {step}], ({itype}){{{idx}}});\n#endif\n"
         )
     return "".join(out)
 
 
-def _transpose16() -> str:
-    """The body of plait_transpose16: four stages, stage B exchanging bit B of the row and the column index
-    between the rows i and i + B (one two-source shuffle per row and stage, shuffle_pair)."""
+def _transpose(vw: int) -> str:
+    """The body of plait_dw_transpose for vw x vw blocks: log2(vw) stages, stage B exchanging bit B of the row and
+    the column index between the rows i and i + B (one two-source shuffle per row and stage, shuffle_pair)."""
     lines = []
-    for b in (8, 4, 2, 1):
-        lo = [c if not c & b else 16 + c - b for c in range(16)]
-        hi = [c + b if not c & b else 16 + c for c in range(16)]
-        shuffles = shuffle_pair(b, lo, hi, "plait_i16")
+    b = vw // 2
+    while b:
+        lo = [c if not c & b else vw + c - b for c in range(vw)]
+        hi = [c + b if not c & b else vw + c for c in range(vw)]
+        shuffles = shuffle_pair(b, lo, hi, "plait_dw_vi", "plait_vf")
         lines.append(
-            f"#pragma GCC unroll 16\n  for (int i = 0; i < 16; i++)\n    if (!(i & {b})) {{\n{shuffles}"
+            f"#pragma GCC unroll {vw}\n  for (int i = 0; i < {vw}; i++)\n    if (!(i & {b})) {{\n{shuffles}"
             f"      r[i] = lo;\n      r[i + {b}] = hi;\n    }}\n"
         )
+        b //= 2
     return "".join(lines)
 
 
-DEPTHWISE = DEPTHWISE.replace("//@transpose16\n", _transpose16())
+# Vectors per block of plait_dw_row: 4 zmm accumulators (64 outputs) with AVX-512, as tuned there; with 16 registers
+# 8 accumulators, the FMA latency times two FMA ports, leave room for the weight and a load.
+DW_NV = 4 if VW == 16 else 8
 
 
-DW_FLAT_ROWS = (10, 29)  # stride-1 depthwise layers with rows of this many outputs (from, below) run as plait_dw_flat
-DW_LANES_MAX = 4096  # other stride-1 output planes up to this many pixels (56x56) run across the vector lanes
+def _row_cases(nv: int) -> str:
+    """The switch cases of plait_dw_plane: a block of v vectors calls plait_dw_row with the constant v."""
+    cases = [f"        case {v}: plait_dw_row({v}, base + ox0, off, taps, w, cnt, out); break;\n" for v in range(1, nv)]
+    return "".join(cases) + f"        default: plait_dw_row({nv}, base + ox0, off, taps, w, cnt, out); break;\n"
+
+
+DEPTHWISE = (
+    DEPTHWISE.replace("//@transpose\n", _transpose(VW))
+    .replace("//@dw_row_cases\n", _row_cases(DW_NV))
+    .replace("@DW_NV@", str(DW_NV))
+)
+
+
+# Stride-1 depthwise layers with rows of this many outputs (from, below) run as plait_dw_flat; other stride-1 output
+# planes up to DW_LANES_MAX pixels, or with narrower rows, across the vector lanes. With 8-float vectors (Zen 3,
+# bench_depthwise_c.py at batch 1 and 16) flat runs beat the lanes on 7x7 planes (1.2-1.4x) and row by row beats them
+# on 56x56 (1.5x): the AVX-512 choices below were measured on a host we cannot reach, so they stay for VW 16.
+DW_FLAT_ROWS = (10, 29) if VW == 16 else (7, 29)
+DW_LANES_MAX = 4096 if VW == 16 else 0
 DW_MODES = {"rows": 0, "lanes": 1, "flat": 2, "masked": 3}  # plait_dwconv's `lanes` argument per kernel
 
 
@@ -1301,26 +1335,29 @@ DW_MASKS_MAX = 16384  # taps x output vectors of a plane up to which plait_dw_ma
 
 def masked_fits(win: Any) -> bool:
     """Whether a stride-1 depthwise layer can read its input in place with masked loads (plait_dw_masked): the
-    output plane has the input's size (then both share one row pitch) and the plane's masks stay small."""
+    kernel's AVX-512 masks hold 16 lanes, so only with 16-float vectors; the output plane has the input's size (then
+    both share one row pitch) and the plane's masks stay small."""
     same = win.oh == win.h and win.ow == win.w
-    return win.sh == win.sw == 1 and same and win.kh * win.kw * -(-win.oh * win.ow // VW) <= DW_MASKS_MAX
+    return VW == 16 and win.sh == win.sw == 1 and same and win.kh * win.kw * -(-win.oh * win.ow // VW) <= DW_MASKS_MAX
 
 
 def dw_kernel(win: Any) -> str:
-    """Which kernel runs a depthwise convolution on the cpu: "lanes" (16 planes across the vector lanes,
-    plait_dw_lanes) for strided layers, which the plane-wise kernels do not handle; for stride 1, "flat" (64-output
-    runs spanning rows, plait_dw_flat) for rows of 10-28 outputs, "lanes" for narrower rows and planes up to 56x56,
-    "rows" (plait_dw_plane) for wider planes. Measured inside whole mobilenet_v2 plans at batch 1 and 16, each layer
-    both ways in turn (docs/benchmarks.md): on 14x14 and 28x28 planes the lanes kernel's two 16x16 transposes per 16
-    pixels cost more than the flat runs' padded positions (1.1-1.5x), on 7x7 planes the per-plane copies and calls
-    cost more than the transposes, and on 56x56 planes lanes and flat runs are even at batch 1, lanes ahead at 16."""
+    """Which kernel runs a depthwise convolution on the cpu: "lanes" (VW planes across the vector lanes,
+    plait_dw_lanes) for strided layers, which the plane-wise kernels do not handle; for stride 1, "masked" where
+    `masked_fits`, else "flat" (64-output runs spanning rows, plait_dw_flat) for rows of 10-28 outputs, "lanes" for
+    narrower rows and planes up to 56x56, "rows" (plait_dw_plane) for wider planes. Measured inside whole
+    mobilenet_v2 plans at batch 1 and 16, each layer both ways in turn (docs/benchmarks.md): on 14x14 and 28x28
+    planes the lanes kernel's two 16x16 transposes per 16 pixels cost more than the flat runs' padded positions
+    (1.1-1.5x), on 7x7 planes the per-plane copies and calls cost more than the transposes, and on 56x56 planes lanes
+    and flat runs are even at batch 1, lanes ahead at 16. With narrower vectors (DW_FLAT_ROWS, DW_LANES_MAX) 7x7
+    planes run flat and 56x56 ones row by row."""
     if win.sh > 1 or win.sw > 1:
         return "lanes"
     if masked_fits(win):
         return "masked"
     if DW_FLAT_ROWS[0] <= win.ow < DW_FLAT_ROWS[1]:
         return "flat"
-    return "lanes" if win.ow < 16 or win.oh * win.ow <= DW_LANES_MAX else "rows"
+    return "lanes" if win.ow < DW_FLAT_ROWS[0] or win.oh * win.ow <= DW_LANES_MAX else "rows"
 
 
 def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str) -> str:
@@ -1341,6 +1378,9 @@ def depthwise_call(spec: Any, a_args: str, b_args: str, epi_fn: str, extra: str)
 # koff[p]: the micro-kernel loads its B vectors straight from the band, with no packed panels.
 DIRECT_MAX_CIN = 4  # input channels up to which a convolution runs as plait_conv_direct
 DIRECT_ROWS = 8  # output rows per band (one task): the band's rows are split once and read by every channel block
+# (channels, pixel vectors) of plait_conv_direct's register tile: 24 accumulators of the 32 vector registers with
+# AVX-512; 12 of the 16 otherwise, with the tile's DV pixel vectors and its broadcast weight
+DIRECT_TILE = (8, 3) if VW == 16 else (4, 3)
 
 # Band splitting shared by the stems' direct forms and the stride-2 lanes kernel (plait/codegen/conv_s2_c.py).
 DIRECT_BAND = """//@shared-begin plait_dc_band
@@ -1420,49 +1460,54 @@ static inline int plait_dc_task(const float* X, long sxb, long sxi, long inner, 
 //@shared-end
 """
 
-DIRECT = """//@shared-begin plait_conv_direct
-/* 8 output channels (w: 8 weights per patch element, channel-minor) times 3 vectors of 16 output pixels, vector v
-   reading the band at base[v] + koff[p] for patch element p; the sums go to out[i * 3 + v]. */
+DIRECT = (
+    """//@shared-begin plait_conv_direct
+/* DM output channels (w: DM weights per patch element, channel-minor) times DV vectors of PLAIT_VW output pixels,
+   vector v reading the band at base[v] + koff[p] for patch element p; the sums go to out[i * DV + v]. */
 static inline __attribute__((always_inline)) void plait_dc_micro(int k, const int* restrict koff,
                                                                const float* restrict buf, const int* base,
-                                                               const float* restrict w, plait_v16* restrict out) {
-  plait_v16 acc[8][3];
+                                                               const float* restrict w, plait_vf* restrict out) {
+  enum { DM = @DM@, DV = @DV@ };
+  plait_vf acc[DM][DV];
 #pragma GCC unroll 8
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < DM; i++)
 #pragma GCC unroll 3
-    for (int v = 0; v < 3; v++) acc[i][v] = (plait_v16){0};
-  const float *b0 = buf + base[0], *b1 = buf + base[1], *b2 = buf + base[2];
+    for (int v = 0; v < DV; v++) acc[i][v] = (plait_vf){0};
+  const float* b[DV];
+#pragma GCC unroll 3
+  for (int v = 0; v < DV; v++) b[v] = buf + base[v];
   for (int p = 0; p < k; p++) {
     int o = koff[p];
-    plait_v16 v0 = *(const plait_v16*)(b0 + o), v1 = *(const plait_v16*)(b1 + o), v2 = *(const plait_v16*)(b2 + o);
-    const float* wp = w + p * 8;
+    plait_vf x[DV];
+#pragma GCC unroll 3
+    for (int v = 0; v < DV; v++) x[v] = *(const plait_vf*)(b[v] + o);
+    const float* wp = w + p * DM;
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < DM; i++) {
       float wi = wp[i];
-      acc[i][0] += v0 * wi;
-      acc[i][1] += v1 * wi;
-      acc[i][2] += v2 * wi;
+#pragma GCC unroll 3
+      for (int v = 0; v < DV; v++) acc[i][v] += x[v] * wi;
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < DM; i++)
 #pragma GCC unroll 3
-    for (int v = 0; v < 3; v++) out[i * 3 + v] = acc[i][v];
+    for (int v = 0; v < DV; v++) out[i * DV + v] = acc[i][v];
 }
 
 /* C[bz] (m x n, n = oh * ow) = the convolution of image bz (cin = k / (kh * kw) channels) with A's rows, as tasks of
    DIRECT_ROWS output rows of one image: each task splits its band of input rows once (plait_dc_band), packs the
-   weights in blocks of 8 channels, and runs every 3 vectors of 16 output pixels against every channel block. epi runs
-   on each finished tile while it is in cache. */
+   weights in blocks of DM channels, and runs every DV vectors of PLAIT_VW output pixels against every channel block.
+   epi runs on each finished tile while it is in cache. */
 static void plait_conv_direct(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai,
                               long sam, const float* X, long sxb, long sxi, const plait_win* g, float* C,
                               plait_epi_fn epi, void* const* extra) {
-  enum { BR = @ROWS@ };
-  int ow = g->ow, oh = n / ow, vpr = (ow + 15) / 16, kk = g->kh * g->kw, cin = k / kk, sw = g->sw;
-  int R = (BR - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = vpr * 16 + (g->kw - 1) * g->dw / sw;
-  int mb = (m + 7) / 8;
+  enum { BR = @ROWS@, DM = @DM@, DV = @DV@, L = PLAIT_VW };
+  int ow = g->ow, oh = n / ow, vpr = (ow + L - 1) / L, kk = g->kh * g->kw, cin = k / kk, sw = g->sw;
+  int R = (BR - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = vpr * L + (g->kw - 1) * g->dw / sw;
+  int mb = (m + DM - 1) / DM;
   long bands = (oh + BR - 1) / BR;
-  size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)mb * 8 * k;
+  size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)mb * DM * k;
   /* every thread of the team packs the weights once per call, again only when a task's weights differ (groups):
      packed per task, their transposing copy took 6% of alexnet's stem */
   float* buf = plait_scratch(nbuf + nw + (size_t)k);
@@ -1480,27 +1525,28 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
     if (a != packed) {
       for (int b = 0; b < mb; b++)
         for (int p = 0; p < k; p++)
-          for (int i = 0; i < 8; i++) w[((long)b * k + p) * 8 + i] = b * 8 + i < m ? a[(long)(b * 8 + i) * sam + p] : 0.0f;
+          for (int i = 0; i < DM; i++)
+            w[((long)b * k + p) * DM + i] = b * DM + i < m ? a[(long)(b * DM + i) * sam + p] : 0.0f;
       packed = a;
     }
     int npos = rows * vpr;
-    for (int t0 = 0; t0 < npos; t0 += 3) {
-      int base[3], j0[3], cnt[3], nv = npos - t0 < 3 ? npos - t0 : 3;
-      for (int v = 0; v < 3; v++) {
-        int pos = t0 + (v < nv ? v : nv - 1), oy = pos / vpr, ox = pos % vpr * 16;
+    for (int t0 = 0; t0 < npos; t0 += DV) {
+      int base[DV], j0[DV], cnt[DV], nv = npos - t0 < DV ? npos - t0 : DV;
+      for (int v = 0; v < DV; v++) {
+        int pos = t0 + (v < nv ? v : nv - 1), oy = pos / vpr, ox = pos % vpr * L;
         base[v] = oy * g->sh * sw * T + ox;
         j0[v] = (oy0 + oy) * ow + ox;
-        cnt[v] = ow - ox < 16 ? ow - ox : 16;
+        cnt[v] = ow - ox < L ? ow - ox : L;
       }
       for (int b = 0; b < mb; b++) {
-        plait_v16 out[24];
-        plait_dc_micro(k, koff, buf, base, w + (long)b * k * 8, out);
-        int i0 = b * 8, mr = m - i0 < 8 ? m - i0 : 8;
+        plait_vf out[DM * DV];
+        plait_dc_micro(k, koff, buf, base, w + (long)b * k * DM, out);
+        int i0 = b * DM, mr = m - i0 < DM ? m - i0 : DM;
         for (int v = 0; v < nv; v++)
           for (int i = 0; i < mr; i++) {
             float* d = c + (long)(i0 + i) * n + j0[v];
-            if (cnt[v] == 16) *(plait_v16*)d = out[i * 3 + v];
-            else memcpy(d, &out[i * 3 + v], sizeof(float) * (size_t)cnt[v]);
+            if (cnt[v] == L) *(plait_vf*)d = out[i * DV + v];
+            else memcpy(d, &out[i * DV + v], sizeof(float) * (size_t)cnt[v]);
           }
       }
     }
@@ -1509,41 +1555,44 @@ static void plait_conv_direct(long batch, long inner, int m, int n, int k, const
 }
 //@shared-end
 """.replace("@ROWS@", str(DIRECT_ROWS))
+    .replace("@DM@", str(DIRECT_TILE[0]))
+    .replace("@DV@", str(DIRECT_TILE[1]))
+)
 
 # The lanes form of the direct kernel puts output channels across the vector lanes instead of output pixels: each
 # patch element loads CV vectors of weights and broadcasts the input of PX consecutive output pixels of one row, so
 # no lane idles on a row's last partial vector (alexnet's 55-wide rows left 14% of them idle) and every input value
 # feeds CV multiply-adds. Its tile is written to C's NCHW planes transposed (pixel-major in registers).
 DIRECT_LANES_MICRO = """//@shared-begin plait_dl_micro_@CV@x@PX@
-/* CV vectors of 16 output channels (w: CV * 16 weights per patch element, channel-minor) times PX consecutive output
-   pixels of one row over patch elements p0 .. p1 - 1, pixel j reading the band at src[koff[p] + j]; channel vector
-   c of pixel j accumulates at o[c * cs + j * 16] (a row tile of 16-channel groups, pixel-major), from zero when p0
-   is 0. */
+/* CV vectors of PLAIT_VW output channels (w: CV * PLAIT_VW weights per patch element, channel-minor) times PX
+   consecutive output pixels of one row over patch elements p0 .. p1 - 1, pixel j reading the band at
+   src[koff[p] + j]; channel vector c of pixel j accumulates at o[c * cs + j * PLAIT_VW] (a row tile of
+   PLAIT_VW-channel groups, pixel-major), from zero when p0 is 0. */
 static inline __attribute__((always_inline)) void plait_dl_micro_@CV@x@PX@(int p0, int p1, const int* restrict koff,
                                                                      const float* restrict src,
                                                                      const float* restrict w, float* restrict o,
                                                                      long cs) {
   enum { CV = @CV@, PX = @PX@ };
-  plait_v16 acc[PX][CV];
+  plait_vf acc[PX][CV];
 #pragma GCC unroll 32
   for (int j = 0; j < PX; j++)
 #pragma GCC unroll 4
-    for (int c = 0; c < CV; c++) acc[j][c] = p0 ? *(const plait_v16*)(o + c * cs + j * 16) : (plait_v16){0};
+    for (int c = 0; c < CV; c++) acc[j][c] = p0 ? *(const plait_vf*)(o + c * cs + j * PLAIT_VW) : (plait_vf){0};
   for (int p = p0; p < p1; p++) {
     const float* s = src + koff[p];
     /* s as a pointer of its own: the PX broadcasts then read s + j, where GCC otherwise adds each pixel's index
        to koff[p] apart (seven more instructions per patch element; 0.88-1.0x the kernel's time) */
     __asm__("" : "+r"(s));
-    const plait_v16* wp = (const plait_v16*)(w + (long)p * CV * 16);
-    plait_v16 wv[CV];
+    const plait_vf* wp = (const plait_vf*)(w + (long)p * CV * PLAIT_VW);
+    plait_vf wv[CV];
 #pragma GCC unroll 4
     for (int c = 0; c < CV; c++) wv[c] = wp[c];
 #pragma GCC unroll 32
     for (int j = 0; j < PX; j++) {
       float xj = s[j];
       if (@WMEM@) { /* the last weight vector read again from L1 for every pixel (an operand of its multiply-add)
-                       instead of held: CV * PX accumulators, CV - 1 weights and the broadcast fill the 32 registers */
-        const plait_v16* wl = wp + CV - 1;
+                       instead of held: CV * PX accumulators, CV - 1 weights and the broadcast fill the registers */
+        const plait_vf* wl = wp + CV - 1;
         __asm__ volatile("" : "+r"(wl));
 #pragma GCC unroll 4
         for (int c = 0; c < CV - 1; c++) acc[j][c] += wv[c] * xj;
@@ -1557,66 +1606,81 @@ static inline __attribute__((always_inline)) void plait_dl_micro_@CV@x@PX@(int p
 #pragma GCC unroll 32
   for (int j = 0; j < PX; j++)
 #pragma GCC unroll 4
-    for (int c = 0; c < CV; c++) *(plait_v16*)(o + c * cs + j * 16) = acc[j][c];
+    for (int c = 0; c < CV; c++) *(plait_vf*)(o + c * cs + j * PLAIT_VW) = acc[j][c];
 }
 
 //@shared-end
 """
 
 # The lanes forms' transposing store (one definition whatever their tiles).
-DIRECT_LANES_STORE = """//@shared-begin plait_dl_store16
-/* C's rows i0 .. i0 + 15 at columns j0 .. j0 + nj - 1 (stride n) = the 16 x 16 block t (16 pixels of 16 channels,
-   pixel-major) transposed in registers: four rounds of two-source shuffles, round s swapping the off-diagonal
-   s x s blocks of every 2s x 2s block. */
-static inline void plait_dl_store16(const float* restrict t, float* restrict d, long n, int nj) {
-  typedef int plait_i16 __attribute__((vector_size(64)));
-  /* round s: lo[j] = bit s of j clear ? j : 16 + j - s; hi[j] = bit s of j clear ? j + s : 16 + j */
-  static const plait_i16 lo[4] = {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
-                                  {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-                                  {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-                                  {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}};
-  static const plait_i16 hi[4] = {{1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31},
-                                  {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
-                                  {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
-                                  {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}};
-  plait_v16 r[16];
+DIRECT_LANES_STORE = """//@shared-begin plait_dl_store
+/* C's rows i0 .. i0 + PLAIT_VW - 1 at columns j0 .. j0 + nj - 1 (stride n) = the PLAIT_VW x PLAIT_VW block t
+   (PLAIT_VW pixels of PLAIT_VW channels, pixel-major) transposed in registers: log2(PLAIT_VW) rounds of two-source
+   shuffles, round s swapping the off-diagonal s x s blocks of every 2s x 2s block. */
+static inline void plait_dl_store(const float* restrict t, float* restrict d, long n, int nj) {
+  enum { L = PLAIT_VW };
+  typedef int plait_iv __attribute__((vector_size(PLAIT_VW * 4)));
+  /* round s: lo[j] = bit s of j clear ? j : L + j - s; hi[j] = bit s of j clear ? j + s : L + j */
+  static const plait_iv lo[@ROUNDS@] = {@LO@};
+  static const plait_iv hi[@ROUNDS@] = {@HI@};
+  plait_vf r[L];
 #pragma GCC unroll 16
-  for (int i = 0; i < 16; i++) r[i] = *(const plait_v16*)(t + i * 16);
+  for (int i = 0; i < L; i++) r[i] = *(const plait_vf*)(t + i * L);
 #pragma GCC unroll 4
-  for (int q = 0; q < 4; q++) {
+  for (int q = 0; q < @ROUNDS@; q++) {
     int s = 1 << q;
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < L; i++)
       if (!(i & s)) {
-        plait_v16 a = r[i], b = r[i + s];
+        plait_vf a = r[i], b = r[i + s];
         r[i] = __builtin_shuffle(a, b, lo[q]);
         r[i + s] = __builtin_shuffle(a, b, hi[q]);
       }
   }
-  if (nj == 16) {
+  if (nj == L) {
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) *(plait_v16*)(d + i * n) = r[i];
+    for (int i = 0; i < L; i++) *(plait_vf*)(d + i * n) = r[i];
   } else
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < L; i++)
       for (int j = 0; j < nj; j++) d[i * n + j] = r[i][j];
 }
 //@shared-end
 """
 
+
+def _store_masks(half: bool) -> str:
+    """The shuffle masks of DIRECT_LANES_STORE's rounds as C initialisers (lo: half False; hi: True)."""
+    rounds = []
+    for q in range(VW.bit_length() - 1):
+        s = 1 << q
+        if half:
+            idx = [j + s if not j & s else VW + j for j in range(VW)]
+        else:
+            idx = [j if not j & s else VW + j - s for j in range(VW)]
+        rounds.append("{" + ", ".join(map(str, idx)) + "}")
+    return (",\n" + " " * 33).join(rounds)  # one round a line, under the first
+
+
+DIRECT_LANES_STORE = (
+    DIRECT_LANES_STORE.replace("@ROUNDS@", str(VW.bit_length() - 1))
+    .replace("@LO@", _store_masks(False))
+    .replace("@HI@", _store_masks(True))
+)
+
 # The stems' lanes-form driver (after DIRECT_BAND and DIRECT_LANES_MICRO).
 DIRECT_LANES = """//@shared-begin plait_conv_dlanes_@CV@x@PX@
-/* plait_conv_direct's contract with m a multiple of CV * 16: tasks of DIRECT_ROWS output rows of one image split
-   their band of input rows once (plait_dc_band, rows of T >= whole pixel groups); every PX pixels of an output row
-   run against every block of CV * 16 channels, kc patch elements at a time, into a row tile (TW pixels per
-   16-channel group), which is then written to C's planes transposed 16 x 16 at a time. */
+/* plait_conv_direct's contract with m a multiple of CV * PLAIT_VW: tasks of DIRECT_ROWS output rows of one image
+   split their band of input rows once (plait_dc_band, rows of T >= whole pixel groups); every PX pixels of an output
+   row run against every block of CV * PLAIT_VW channels, kc patch elements at a time, into a row tile (TW pixels per
+   PLAIT_VW-channel group), which is then written to C's planes transposed PLAIT_VW x PLAIT_VW at a time. */
 static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* A, long sab,
                                       long sai, long sam, const float* X, long sxb, long sxi, const plait_win* g,
                                       float* C, plait_epi_fn epi, void* const* extra) {
-  enum { BR = @ROWS@, CV = @CV@, PX = @PX@, CW = CV * 16 };
+  enum { BR = @ROWS@, CV = @CV@, PX = @PX@, L = PLAIT_VW, CW = CV * L };
   int ow = g->ow, oh = n / ow, kk = g->kh * g->kw, cin = k / kk, sw = g->sw, mb = m / CW;
   /* patch elements per pass over a row: each pass's weights (at most @KCB@ bytes) stay in L1 for all its pixels */
   int passes = (int)(((long)k * CW * 4 + @KCB@ - 1) / @KCB@), kc = (k + passes - 1) / passes;
-  int TW = ((ow + PX - 1) / PX * PX + 15) / 16 * 16;
+  int TW = ((ow + PX - 1) / PX * PX + L - 1) / L * L;
   int R = (BR - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = TW + (g->kw - 1) * g->dw / sw;
   long bands = (oh + BR - 1) / BR;
   size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nw = (size_t)m * k, nt = (size_t)m * TW;
@@ -1648,12 +1712,11 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
         for (int p0 = 0; p0 < k; p0 += kc)
           for (int x0 = 0; x0 < ow; x0 += PX)
             plait_dl_micro_@CV@x@PX@(p0, p0 + kc < k ? p0 + kc : k, koff, src + x0, w + (long)b * k * CW,
-                                     tile + ((long)b * CV * TW + x0) * 16, (long)TW * 16);
+                                     tile + ((long)b * CV * TW + x0) * L, (long)TW * L);
       float* d = c + (long)(oy0 + r) * ow;
-      for (int cg = 0; cg < m / 16; cg++)
-        for (int x0 = 0; x0 < ow; x0 += 16)
-          plait_dl_store16(tile + ((long)cg * TW + x0) * 16, d + (long)cg * 16 * n + x0, n,
-                           ow - x0 < 16 ? ow - x0 : 16);
+      for (int cg = 0; cg < m / L; cg++)
+        for (int x0 = 0; x0 < ow; x0 += L)
+          plait_dl_store(tile + ((long)cg * TW + x0) * L, d + (long)cg * L * n + x0, n, ow - x0 < L ? ow - x0 : L);
     }
     if (epi) epi(c, bz, 0, oy0 * ow, m, rows * ow, extra);
   }
@@ -1661,11 +1724,19 @@ static void plait_conv_dlanes_@CV@x@PX@(long batch, long inner, int m, int n, in
 //@shared-end
 """.replace("@ROWS@", str(DIRECT_ROWS))
 # Weight bytes per pass of the lanes form over a row (alexnet's 363 x 64 weights, 93 KB, came from L2 for every
-# pixel group; in passes of 24 KB each stays in L1 for the row).
-DIRECT_LANES_KC_BYTES = 24576
-DIRECT_LANES_CV = 4  # channel vectors of the lanes form's register tile (4 x 5-7 pixels: 20-28 accumulators)
-DIRECT_LANES_PX = (5, 6, 7)
-# A tile whose accumulators, weights and broadcast need more than the 32 vector registers (4 x 7: 28 + 4 + 1) reads
+# pixel group; in passes of 24 KB each stays in L1 for the row). With 16-channel panels (below) 24 KB is 384 patch
+# elements, whose input lines for a row (32 KB for resnet50's S2CONV) no longer fit in L1 beside them; 6 KB keeps
+# AVX-512's 96. Zen 3, one thread, fewest of 30 interleaved: S2CONV 128x784x1152 3.63-3.68 -> 3.13-3.17 ms,
+# 256x196x2304 3.72 -> 3.52-3.64 (load average 3-4 on 2 cores).
+DIRECT_LANES_KC_BYTES = 24576 if VW == 16 else 6144
+# channel vectors and pixel counts of the lanes form's register tile: with AVX-512 4 x 5-7 pixels (20-28
+# accumulators of 32 registers); with 16 registers 2 x 5-6 (10-12 accumulators, 2 weight vectors and the broadcast).
+# Zen 3, one thread: 2 x 4's 8 accumulators wait on the multiply-add latency (resnet's stem 1.6x 2 x 6's time), and
+# 2 x 7 (its last weight from L1), 3 x 4 and 1 x 12 lost to 2 x 5 or 2 x 6 on both S2CONV layers and both stems.
+DIRECT_LANES_CV = 4 if VW == 16 else 2
+DIRECT_LANES_PX = (5, 6, 7) if VW == 16 else (5, 6)
+VECTOR_REGS = 32 if VW == 16 else 16  # vector registers a lanes tile can fill (zmm with AVX-512; ymm, xmm, NEON q)
+# A tile whose accumulators, weights and broadcast need more than the vector registers (4 x 7: 28 + 4 + 1) reads
 # its last weight vector from L1 at every pixel, where gcc otherwise spilled an accumulator every patch element.
 # One thread against controls: resnet50's S2CONV 128x784x1152 1.289-1.300 -> 1.253-1.259 ms, 256x196x2304
 # 1.278-1.292 -> 1.254-1.269; its stem unchanged (docs/benchmarks.md, thirteenth session).
@@ -1717,7 +1788,7 @@ def direct_library(win: Any, m: int, k: int) -> str:
 def lanes_blocks(cv: int, px: int) -> str:
     """The lanes micro-kernel for a cv x px tile and the transposing store (after COMMON and DIRECT_BAND): what a
     direct kernel with output channels across the lanes builds on (the stems' lanes form, conv_s2_c.py)."""
-    wmem = int(DIRECT_LANES_WMEM and cv * px + cv + 1 > 32)
+    wmem = int(DIRECT_LANES_WMEM and cv * px + cv + 1 > VECTOR_REGS)
     micro = DIRECT_LANES_MICRO.replace("@CV@", str(cv)).replace("@PX@", str(px)).replace("@WMEM@", str(wmem))
     return at_o2(micro) + at_o2(DIRECT_LANES_STORE)
 

@@ -27,9 +27,15 @@ from plait.codegen.expr import ExprBuilder, Idx
 from plait.codegen.gemm import Epilogue, _tile_coords
 from plait.codegen.gemm_c import VW
 
-MR = 7  # pixels per register tile (mobilenet_v2's planes are multiples of 7 wide)
-assert MR <= 8  # plait_irb_out transposes a tile 8 pixels at a time
-NV = 3  # channel vectors per register tile: 7 x 3 accumulators, 3 weight vectors and a broadcast
+# The register tiles: MR pixels (one of MRS, IRBlockPlan.mr; mobilenet_v2's planes are multiples of 7 wide) x NV
+# channel vectors. 16-float vectors (32 registers): 7 x 3 accumulators, 3 weight vectors and a broadcast. 8- or
+# 4-float vectors (16 registers): 6 x 2 (12 accumulators; the k loop alone 96-98 GFLOP/s on the Zen 3 guest, one
+# thread), but 7 x 2 on planes of up to ROWS_PIXELS pixels, where 6 leaves a partial tile of one pixel in 49: though
+# one register over (14 accumulators, 2 weight vectors, a broadcast; 81-86 GFLOP/s alone), it took 28% less thread
+# CPU than 6 x 2 on mobilenet_v2's 7x7 blocks, and 6 x 2 4-12% less than it on the larger planes (one thread, fewest
+# of 7 launches, docs/benchmarks.md).
+MRS, NV = ((7,), 3) if VW == 16 else ((6, 7), 2)
+assert max(MRS) <= 8  # plait_irb_out transposes a tile 8 pixels at a time
 GP = NV * VW  # channels per packed weight panel (the expanded channels must be whole panels)
 # input channels per k block of the projection. 256 kept a group's block of weights (48 KB) in L1 on Sapphire Rapids;
 # on Zen 5 streaming a group's weights from L2 (3 lines per k against 21 FMAs) is cheaper than storing and adding
@@ -44,13 +50,17 @@ L2_CHUNK = 1 << 20  # bytes of one chunk's scratch (bordered expanded plane + de
 ROWS_PIXELS = 49
 # gcc 12 does not know Zen 5 (-march=native tunes for znver3 there), so it may run the kernel's `omp simd` epilogue
 # loops on 256-bit vectors; the kernel asks for 512-bit ones (with the loops a vector at a time: 1.7% less thread CPU
-# time over mobilenet_v2's blocks at one thread)
-WIDE = '#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC target("prefer-vector-width=512")\n#endif\n'
+# time over mobilenet_v2's blocks at one thread); narrower vectors ask for nothing
+WIDE = (
+    '#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC target("prefer-vector-width=512")\n#endif\n'
+    if VW == 16
+    else ""
+)
 
 
 @dataclass(frozen=True)
 class IRBlockPlan:
-    """One block: `images` images of cin input channels on an h x w plane, c1 expanded channels (a multiple of 16), a
+    """One block: `images` images of cin input channels on an h x w plane, c1 expanded channels (whole panels of GP), a
     3x3 depthwise window of stride `stride` (padding 1) to ho x wo, m2 output channels."""
 
     cin: int
@@ -68,6 +78,11 @@ class IRBlockPlan:
     @property
     def wo(self) -> int:
         return (self.w - 1) // self.stride + 1
+
+    @property
+    def mr(self) -> int:
+        """Pixels per register tile (MRS): the wider on planes of up to ROWS_PIXELS pixels."""
+        return MRS[-1] if self.h * self.w <= ROWS_PIXELS else MRS[0]
 
     @property
     def m2p(self) -> int:
@@ -95,32 +110,32 @@ class IRBlockPlan:
         return self.images > 1 or self.h * self.w > ROWS_PIXELS
 
 
-def _tile(nv: int) -> str:
-    """acc[MR pixels][nv vectors] = sum over k of x[pixel] * w[row]: weight row p at w + p*ldw (nv vectors), pixel i
-    of row p at x + p*sxp + i*sxi; the sums go to out[i][v] (MR x nv vectors)."""
-    return f"""static inline void plait_irb_tile{nv}(int k, const float* restrict w, long ldw, const float* restrict x,
+def _tile(mr: int, nv: int) -> str:
+    """acc[mr pixels][nv vectors] = sum over k of x[pixel] * w[row]: weight row p at w + p*ldw (nv vectors), pixel i
+    of row p at x + p*sxp + i*sxi; the sums go to out[i][v] (mr x nv vectors)."""
+    return f"""static inline void plait_irb_tile{mr}x{nv}(int k, const float* restrict w, long ldw, const float* restrict x,
                                      long sxp, long sxi, float* restrict out) {{
-  plait_v16 acc[{MR}][{nv}];
-#pragma GCC unroll {MR}
-  for (int i = 0; i < {MR}; i++)
+  plait_vf acc[{mr}][{nv}];
+#pragma GCC unroll {mr}
+  for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_v16){{0}};
+    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_vf){{0}};
   for (int p = 0; p < k; p++) {{
-    plait_v16 wv[{nv}];
+    plait_vf wv[{nv}];
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) wv[v] = *(const plait_v16*)(w + p * ldw + v * {VW});
+    for (int v = 0; v < {nv}; v++) wv[v] = *(const plait_vf*)(w + p * ldw + v * {VW});
     const float* xp = x + p * sxp;
-#pragma GCC unroll {MR}
-    for (int i = 0; i < {MR}; i++) {{
+#pragma GCC unroll {mr}
+    for (int i = 0; i < {mr}; i++) {{
       float s = xp[i * sxi];
 #pragma GCC unroll {nv}
       for (int v = 0; v < {nv}; v++) acc[i][v] += wv[v] * s;
     }}
   }}
-#pragma GCC unroll {MR}
-  for (int i = 0; i < {MR}; i++)
+#pragma GCC unroll {mr}
+  for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) *(plait_v16*)(out + (i * {nv} + v) * {VW}) = acc[i][v];
+    for (int v = 0; v < {nv}; v++) *(plait_vf*)(out + (i * {nv} + v) * {VW}) = acc[i][v];
 }}
 """
 
@@ -152,12 +167,12 @@ def _write_back() -> str:
     pixels are MR reads a tile row apart (7% of the blocks' time at one thread); with AVX-512 the tile is transposed
     16 channels at a time in registers and each channel's pixels go out as one masked vector."""
     return f"""static inline void plait_irb_out(int nv, int rows, int px, int add, const float* tile, float* dst, long ld) {{
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && PLAIT_VW == 16
   const __mmask16 m = (__mmask16)((1u << px) - 1);
   for (int v = 0; v < nv; v++) {{
-    plait_v16 r[8];
+    plait_vf r[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) r[i] = i < {MR} ? *(const plait_v16*)(tile + (i * nv + v) * {VW}) : (plait_v16){{0}};
+    for (int i = 0; i < 8; i++) r[i] = i < {max(MRS)} ? *(const plait_vf*)(tile + (i * nv + v) * {VW}) : (plait_vf){{0}};
 {_transpose_stages()}    for (int j = 0; j < 8; j++) {{
       int ch = v * {VW} + 2 * j;
       float* d0 = dst + (long)ch * ld;
@@ -183,17 +198,23 @@ def _write_back() -> str:
 """
 
 
-def library() -> str:
-    """The shared register tiles (one to NV channel vectors), their dispatch by width and the projection's
-    transposing write-back."""
-    tiles = "".join(_tile(nv) for nv in range(1, NV + 1))
-    dispatch = """static inline void plait_irb_tile(int nv, int k, const float* w, long ldw, const float* x, long sxp,
-                                  long sxi, float* out) {
-  if (nv == 3) plait_irb_tile3(k, w, ldw, x, sxp, sxi, out);
-  else if (nv == 2) plait_irb_tile2(k, w, ldw, x, sxp, sxi, out);
-  else plait_irb_tile1(k, w, ldw, x, sxp, sxi, out);
-}
+def _dispatch(mr: int) -> str:
+    """plait_irb_tile<mr>: the tile of mr pixels and nv (one to NV) channel vectors."""
+    calls = "".join(
+        f"if (nv == {nv}) plait_irb_tile{mr}x{nv}(k, w, ldw, x, sxp, sxi, out);\n  else " for nv in range(NV, 1, -1)
+    )
+    return f"""static inline void plait_irb_tile{mr}(int nv, int k, const float* w, long ldw, const float* x, long sxp,
+                                   long sxi, float* out) {{
+  {calls}plait_irb_tile{mr}x1(k, w, ldw, x, sxp, sxi, out);
+}}
 """
+
+
+def library() -> str:
+    """The shared register tiles (each of MRS pixels, one to NV channel vectors), their dispatch by width and the projection's
+    transposing write-back."""
+    tiles = "".join(_tile(mr, nv) for mr in MRS for nv in range(1, NV + 1))
+    dispatch = "".join(_dispatch(mr) for mr in MRS)
     # the buffer of the threads' partial sums and scratch planes: the team run's (the same memory for every block of a
     # replay, so it is still in the cores' caches), or one thread's handed to the others when run alone
     prefetch = """static inline void plait_irb_prefetch(const float* w, long l0, long l1) {
@@ -209,7 +230,10 @@ def library() -> str:
   return parts;
 }
 """
-    head = "#if defined(__AVX512F__)\n#include <immintrin.h>\n#endif\ntypedef int plait_irb_i16 __attribute__((vector_size(64)));\n"
+    head = (
+        "#if defined(__AVX512F__) && PLAIT_VW == 16\n#include <immintrin.h>\n"
+        "typedef int plait_irb_i16 __attribute__((vector_size(64)));\n#endif\n"
+    )
     body = f"//@shared-begin plait_irblock\n{head}{tiles}{dispatch}{_write_back()}{prefetch}{parts}//@shared-end\n"
     return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(body)
 
@@ -237,11 +261,11 @@ def render(
 ) -> RenderedKernel:
     """The kernel C = block(X) with U1 (cin x c1), UD (9 x c1) and U2 (c1 x m2p) packed at plan build; its
     parameters are C, X, U1, UD, U2, then each stage's epilogue buffers (x*, d*, y* in stage order)."""
-    hw, howo, wp = p.h * p.w, p.ho * p.wo, p.w + 2
+    hw, howo, wp, mr = p.h * p.w, p.ho * p.wo, p.w + 2, p.mr
     s1, r1, prm1 = _epilogue(r, epilogues[0], "x", p.images, p.c1, hw, "c0 + j", "q")
     s2, r2, prm2 = _epilogue(r, epilogues[1], "d", p.images, p.c1, howo, "c0 + j", "o")
     s3, r3, prm3 = _epilogue(r, epilogues[2], "y", p.images, p.m2, howo, "ch", "j")
-    lines = GP // VW  # 64-byte lines of one packed panel's row
+    lines = -(-GP // 16)  # 64-byte lines (16 floats) of one packed panel's row
     body = f"""  const int cin = {p.cin}, c1 = {p.c1}, m2 = {p.m2}, m2p = {p.m2p}, h = {p.h}, w = {p.w}, ho = {p.ho}, wo = {p.wo};
   int threads = omp_get_num_threads(), vectors = c1 / {VW}, images = {p.images};
   /* several images, or wide planes, split by images and strips of output rows (each thread all channels, a strip's
@@ -258,7 +282,7 @@ def render(
   int cmax = c1 < chunkv * {VW} ? c1 : chunkv * {VW};
   /* per thread: its scratch (bordered expanded strip, depthwise output, a partial tile's pixels, a tile's sums),
      then, when the channels are split, its partial projection (m2 x ho*wo); otherwise it projects straight into C */
-  long scratch = ((per_vector / {VW}) * cmax + {MR} * (cin > cmax ? cin : cmax) + {MR * NV * VW} + {VW - 1}) / {VW} * {VW};
+  long scratch = ((per_vector / {VW}) * cmax + {mr} * (cin > cmax ? cin : cmax) + {mr * NV * VW} + {VW - 1}) / {VW} * {VW};
   int partial = threads > 1 && !by_rows;
   long own = scratch + (long)partial * m2 * {howo};
   float* parts = plait_irb_parts((size_t)(threads * own));
@@ -275,14 +299,14 @@ def render(
     /* the strip's bordered rows ya..yb of the expanded plane (row -1 and row h are the zero border), its pixels
        qa..qb of the input, its npx output pixels from obase */
     int ya = oy0 * {p.stride} - 1, yb = (oy1 - 1) * {p.stride} + 1, npx = (oy1 - oy0) * wo;
-    int qa = (ya < 0 ? 0 : ya) * w, qb = (yb < h ? yb + 1 : h) * w, tiles = (qb - qa + {MR - 1}) / {MR};
+    int qa = (ya < 0 ? 0 : ya) * w, qb = (yb < h ? yb + 1 : h) * w, tiles = (qb - qa + {mr - 1}) / {mr};
     long obase = (long)oy0 * wo, step = (cin * {lines} + tiles - 1) / (tiles > 0 ? tiles : 1);
     for (int cv = v0; cv < v1 && oy0 < oy1; cv += chunkv) {{
       int nvc = v1 - cv < chunkv ? v1 - cv : chunkv, cc = nvc * {VW}, c0 = cv * {VW};
       float* e = parts + t * own;
       float* d = e + (long)(yb - ya + 1) * {wp} * cc;
       float* xt = d + (long)npx * cc;
-      float* tile = xt + {MR} * (cin > cmax ? cin : cmax);
+      float* tile = xt + {mr} * (cin > cmax ? cin : cmax);
       /* the zero border of the expanded strip (the depthwise window's padding) */
       if (ya < 0) memset(e, 0, sizeof(float) * (size_t)({wp} * cc));
       if (yb >= h) memset(e + (long)(yb - ya) * {wp} * cc, 0, sizeof(float) * (size_t)({wp} * cc));
@@ -291,7 +315,7 @@ def render(
         memset(e + ((long)y * {wp} + w + 1) * cc, 0, sizeof(float) * (size_t)cc);
       }}
       /* expand: up to {NV} channel vectors of one packed panel (their weights stay in L1, the next panel's are
-         prefetched into L2 meanwhile, a share per pixel tile) over every tile of {MR} pixels, each tile's sums
+         prefetched into L2 meanwhile, a share per pixel tile) over every tile of {mr} pixels, each tile's sums
          through the expand's epilogue into the bordered strip; a thread's run of vectors may start and end inside a
          panel, so that two threads split 144 channels 64:80, not 48:96 */
       plait_irb_prefetch(U1 + (long)(cv / {NV}) * cin * {GP}, 0, cin * {lines});
@@ -299,23 +323,23 @@ def render(
         int off = (cv + g) % {NV};
         nv = {NV} - off < nvc - g ? {NV} - off : nvc - g;
         const float* w1 = U1 + (long)((cv + g) / {NV}) * cin * {GP} + off * {VW};
-        for (int q0 = qa, l0 = 0; q0 < qb; q0 += {MR}, l0 += step) {{
+        for (int q0 = qa, l0 = 0; q0 < qb; q0 += {mr}, l0 += step) {{
           if (g + nv < nvc) plait_irb_prefetch(w1 - off * {VW} + (long)cin * {GP}, l0, l0 + step < cin * {lines} ? l0 + step : cin * {lines});
-          int px = qb - q0 < {MR} ? qb - q0 : {MR};
+          int px = qb - q0 < {mr} ? qb - q0 : {mr};
           const float* xs = Xb + q0;
           long sxp = {hw};
-          if (px < {MR}) {{ /* a partial tile: its pixels copied, zero-padded */
+          if (px < {mr}) {{ /* a partial tile: its pixels copied, zero-padded */
             for (int c = 0; c < cin; c++)
-              for (int i = 0; i < {MR}; i++) xt[c * {MR} + i] = i < px ? Xb[(long)c * {hw} + q0 + i] : 0.0f;
+              for (int i = 0; i < {mr}; i++) xt[c * {mr} + i] = i < px ? Xb[(long)c * {hw} + q0 + i] : 0.0f;
             xs = xt;
-            sxp = {MR};
+            sxp = {mr};
           }}
-          plait_irb_tile(nv, cin, w1, {GP}, xs, sxp, 1, tile);
+          plait_irb_tile{mr}(nv, cin, w1, {GP}, xs, sxp, 1, tile);
           for (int i = 0; i < px; i++) {{
             int q = q0 + i;
             float* dst = e + ((long)(q / w - ya) * {wp} + q % w + 1) * cc + g * {VW};
             const float* src = tile + i * nv * {VW};
-            /* a vector at a time: the loop over nv * 16 channels had a run-time count (and tails) */
+            /* a vector at a time: the loop over nv * VW channels had a run-time count (and tails) */
             for (int jv = g * {VW}; jv < (g + nv) * {VW}; jv += {VW})
 #pragma omp simd
               for (int j = jv; j < jv + {VW}; j++) {{
@@ -330,8 +354,8 @@ def render(
          the epilogue at once; meanwhile this chunk's rows of the projection's panels are prefetched into L2, a share
          per output row of the first vector */
       for (int vc = 0; vc < nvc; vc++) {{
-        plait_v16 k9[9];
-        for (int tp = 0; tp < 9; tp++) k9[tp] = *(const plait_v16*)(UD + (long)tp * c1 + c0 + vc * {VW});
+        plait_vf k9[9];
+        for (int tp = 0; tp < 9; tp++) k9[tp] = *(const plait_vf*)(UD + (long)tp * c1 + c0 + vc * {VW});
         for (int oy = oy0; oy < oy1; oy++) {{
           if (vc == 0)
             for (int pn = 0; pn < {-(-p.m2 // GP)}; pn++) {{
@@ -341,18 +365,18 @@ def render(
           const float* row = e + (long)(oy - oy0) * {p.stride} * {wp} * cc + vc * {VW};
           for (int ox = 0; ox < wo; ox++) {{
             const float* t0 = row + (long)ox * {p.stride} * cc;
-            plait_v16 a3[3];
+            plait_vf a3[3];
 #pragma GCC unroll 3
             for (int dy = 0; dy < 3; dy++) {{ /* a sum per window row: chains of three FMAs, not one of nine */
               const float* t = t0 + (long)dy * {wp} * cc;
-              a3[dy] = *(const plait_v16*)t * k9[dy * 3];
+              a3[dy] = *(const plait_vf*)t * k9[dy * 3];
 #pragma GCC unroll 2
-              for (int dx = 1; dx < 3; dx++) a3[dy] += *(const plait_v16*)(t + (long)dx * cc) * k9[dy * 3 + dx];
+              for (int dx = 1; dx < 3; dx++) a3[dy] += *(const plait_vf*)(t + (long)dx * cc) * k9[dy * 3 + dx];
             }}
-            plait_v16 acc = a3[0] + a3[1] + a3[2];
+            plait_vf acc = a3[0] + a3[1] + a3[2];
             int o = oy * wo + ox;
             float* dp = d + (long)(o - obase) * cc;
-            *(plait_v16*)(dp + vc * {VW}) = acc;
+            *(plait_vf*)(dp + vc * {VW}) = acc;
 #pragma omp simd
             for (int j = vc * {VW}; j < (vc + 1) * {VW}; j++) {{
               float v = dp[j];
@@ -363,25 +387,25 @@ def render(
       }}
       /* project: this chunk's channels into the partial sums (or the strip's rows of C), a group of up to {NV}
          output vectors over k blocks of up to {KC} channels (the group's block of weights stays in L1) over every
-         tile of {MR} pixels */
+         tile of {mr} pixels */
       for (int g = 0; g < m2p / {VW}; g += {NV}) {{
         int nv = m2p / {VW} - g < {NV} ? m2p / {VW} - g : {NV};
         const float* w2 = U2 + (long)(g / {NV}) * c1 * {GP};
         int rows = m2 - g * {VW} < nv * {VW} ? m2 - g * {VW} : nv * {VW};
         for (int k0 = 0; k0 < cc; k0 += {KC}) {{
           int kc = cc - k0 < {KC} ? cc - k0 : {KC}, add = cv > v0 || k0 > 0;
-          for (int q0 = 0; q0 < npx; q0 += {MR}) {{
-            int px = npx - q0 < {MR} ? npx - q0 : {MR};
+          for (int q0 = 0; q0 < npx; q0 += {mr}) {{
+            int px = npx - q0 < {mr} ? npx - q0 : {mr};
             const float* ds = d + (long)q0 * cc + k0;
             long sxp = 1, sxi = cc;
-            if (px < {MR}) {{
+            if (px < {mr}) {{
               for (int c = 0; c < kc; c++)
-                for (int i = 0; i < {MR}; i++) xt[c * {MR} + i] = i < px ? ds[(long)i * cc + c] : 0.0f;
+                for (int i = 0; i < {mr}; i++) xt[c * {mr} + i] = i < px ? ds[(long)i * cc + c] : 0.0f;
               ds = xt;
-              sxp = {MR};
+              sxp = {mr};
               sxi = 1;
             }}
-            plait_irb_tile(nv, kc, w2 + (long)(c0 + k0) * {GP}, {GP}, ds, sxp, sxi, tile);
+            plait_irb_tile{mr}(nv, kc, w2 + (long)(c0 + k0) * {GP}, {GP}, ds, sxp, sxi, tile);
             plait_irb_out(nv, rows, px, add, tile, part + (long)g * {VW} * {howo} + obase + q0, {howo});
           }}
         }}

@@ -3,7 +3,7 @@ channels (mobilenet_v2's 16-64-channel projections, whose B is the image itself,
 
 The GEMM library packs B into panels before multiplying; with 16-32 rows each packed element feeds only that many
 multiply-adds, so the packing copy (K strided rows per panel, one memory stream each) cost twice the multiply-adds
-(`perf`: 50% of mobilenet_v2's 24x3136x144 product in memmove). Here B is read where it lies: a block of 16*NV
+(`perf`: 50% of mobilenet_v2's 24x3136x144 product in memmove). Here B is read where it lies: a block of VW*NV
 columns of all K rows meets every row block of the (packed, transposed) weights while it is in L1, and the next
 block's lines are prefetched while the first row block runs, so B streams from memory once with no copy. The fused
 epilogue runs on each finished block while it is in cache.
@@ -18,9 +18,14 @@ from plait.codegen.gemm_c import PRICED_THREADS, VW, static_busiest
 
 MAX_ROWS = 32  # products with at most this many rows take this kernel (measured: docs/benchmarks.md)
 MIN_COLS = 512  # ... and at least this many columns per product (narrower ones merge images in the GEMM)
-L1_BLOCK = 32768  # bytes of one column block of B (K rows x 16*NV columns) kept in L1 across the row blocks
-# register tiles (rows, vectors per row), widest first: MR * NV accumulators of 24-28 registers
-TILES = ((6, 4), (8, 3), (12, 2), (16, 1))
+L1_BLOCK = 32768  # bytes of one column block of B (K rows x VW*NV columns) kept in L1 across the row blocks
+# register tiles (rows, vectors per row), widest first, and their cost per padded multiply-add relative to the best.
+# 16-float vectors (32 registers): MR * NV accumulators of 24-28 registers, a one-vector tile loading B as often as
+# it multiplies. 8- and 4-float vectors (16 registers): 12 accumulators, since 14 (7x2) or 3-4 vector operands (4x3,
+# 3x4) spill; a standalone C test of the tile's k loop (k 256 in L1, one thread, the Zen 3 guest, docs/benchmarks.md)
+# ran 6x2 at 96-98 GFLOP/s, 12x1 at 82-83.
+TILE_COST = {(6, 4): 1.0, (8, 3): 1.0, (12, 2): 1.1, (16, 1): 1.3} if VW == 16 else {(6, 2): 1.0, (12, 1): 1.18}
+TILES = tuple(TILE_COST)
 # columns per run of blocks whose rows are prefetched together: rows read in runs of 1.5 KB or more stream at the
 # sequential rate, in 192-byte pieces (one block) at a third of it (a read test of 144 rows x 3136 columns)
 SUPER_COLS = 384
@@ -50,7 +55,7 @@ def fits(spec: Any) -> bool:
 def pick_tile(m: int, k: int) -> tuple[int, int]:
     """The register tile (rows, vectors) for m rows over k: among the tiles whose column block of B (k rows) stays in
     L1, the one with the least padded work, its rows split into equal blocks (a one-vector tile loads B as often as
-    it multiplies, so it counts a little more)."""
+    it multiplies, so it counts a little more: TILE_COST)."""
     fit = [t for t in TILES if k * t[1] * VW * 4 <= L1_BLOCK] or [TILES[-1]]
 
     def split(t: tuple[int, int]) -> tuple[int, int]:
@@ -58,29 +63,29 @@ def pick_tile(m: int, k: int) -> tuple[int, int]:
         return -(-m // blocks), t[1]
 
     def cost(t: tuple[int, int]) -> float:
-        mr, nv = split(t)
-        return -(-m // mr) * mr * (1.0 + 0.3 * (nv == 1) + 0.1 * (nv == 2))
+        mr, _ = split(t)
+        return -(-m // mr) * mr * TILE_COST[t]
 
     return split(min(fit, key=cost))
 
 
 def _tile(mr: int, nv: int) -> str:
-    """C[mr x 16*nv] of one column block: wt holds the row block's weights transposed (k x mr), x the block's K rows
+    """C[mr x VW*nv] of one column block: wt holds the row block's weights transposed (k x mr), x the block's K rows
     ldx apart; the sums stay in registers, `rows` of them stored (ldc apart), `cols` columns."""
     nr = nv * VW
     t = f"{mr}x{nv}"
     return f"""static void plait_pw_tile_{t}(int k, const float* restrict wt, const float* restrict x, long ldx,
                                 float* restrict c, long ldc, int rows, int cols) {{
-  plait_v16 acc[{mr}][{nv}];
+  plait_vf acc[{mr}][{nv}];
 #pragma GCC unroll {mr}
   for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_v16){{0}};
+    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_vf){{0}};
   for (int p = 0; p < k; p++) {{
     const float* xp = x + (long)p * ldx;
-    plait_v16 b[{nv}];
+    plait_vf b[{nv}];
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) b[v] = *(const plait_v16*)(xp + v * {VW});
+    for (int v = 0; v < {nv}; v++) b[v] = *(const plait_vf*)(xp + v * {VW});
     const float* w = wt + p * {mr};
 #pragma GCC unroll {mr}
     for (int i = 0; i < {mr}; i++)
@@ -90,12 +95,12 @@ def _tile(mr: int, nv: int) -> str:
   if (cols == {nr}) {{
     for (int i = 0; i < rows; i++)
 #pragma GCC unroll {nv}
-      for (int v = 0; v < {nv}; v++) *(plait_v16*)(c + i * ldc + v * {VW}) = acc[i][v];
+      for (int v = 0; v < {nv}; v++) *(plait_vf*)(c + i * ldc + v * {VW}) = acc[i][v];
   }} else {{
     float tmp[{nr}] __attribute__((aligned(64)));
     for (int i = 0; i < rows; i++) {{
 #pragma GCC unroll {nv}
-      for (int v = 0; v < {nv}; v++) *(plait_v16*)(tmp + v * {VW}) = acc[i][v];
+      for (int v = 0; v < {nv}; v++) *(plait_vf*)(tmp + v * {VW}) = acc[i][v];
       memcpy(c + i * ldc, tmp, sizeof(float) * (size_t)cols);
     }}
   }}
@@ -209,7 +214,7 @@ def call(spec: Any, mr: int, nv: int, a_args: str, b_args: str, epi_fn: str, ext
 # On 7x7 and 14x14 planes (mobilenet_v2's late blocks) the GEMM puts the 49 or 196 pixels across the lanes, packs
 # the image into panels on every call and meets each row block of weights with one to four panels. ONNX Runtime keeps
 # its weights packed and the channels in its vectors; so does this kernel: the weights are packed once, when the plan
-# is built, as panels of 16*NV output channels (k x 16*NV each, a constant the plan keeps), every pixel of the image is
+# is built, as panels of VW*NV output channels (k x VW*NV each, a constant the plan keeps), every pixel of the image is
 # broadcast from where it lies (no packing per call), and a tile's sums go back into the NCHW planes through a small
 # transposing copy. (Packing the weights for the GEMM's own orientation instead made it slower: docs/benchmarks.md.)
 
@@ -232,8 +237,15 @@ LANES_MAX_K = 576
 # kernels 5.00 -> 4.62 ms; two threads, the three 0.991 -> 0.871 ms (docs/benchmarks.md)
 LANES_INLINE = True
 # (pixels, channel vectors) of the register tile, and its measured cost per padded multiply-add relative to the best
-# (a standalone C test of mobilenet_v2's 7x7 and 14x14 products, one thread, docs/benchmarks.md)
-LANES_TILES = {(7, 3): 1.0, (8, 3): 1.0, (7, 4): 1.02, (6, 4): 1.05, (12, 2): 1.1}
+# (a standalone C test of mobilenet_v2's 7x7 and 14x14 products, one thread, docs/benchmarks.md). With 16 registers
+# (8- or 4-float vectors) the tiles hold 8-12 accumulators: the tile's k loop alone (k 256 in L1, one thread, the
+# Zen 3 guest) ran 6x2 at 96-98 GFLOP/s, 5x2 89-94, 8x1 83-85, 12x1 82-83, 7x2 81-86 (14 accumulators, 2 weight
+# vectors and the broadcast: one more than the 16 registers), 4x3 66-71.
+LANES_TILES = (
+    {(7, 3): 1.0, (8, 3): 1.0, (7, 4): 1.02, (6, 4): 1.05, (12, 2): 1.1}
+    if VW == 16
+    else {(6, 2): 1.0, (5, 2): 1.07, (7, 2): 1.15, (8, 1): 1.16, (12, 1): 1.18}
+)
 # the team's threads a tile's work is priced to split evenly over: resnet50 b1's 2048x49 products took 7x3 (43
 # panels of 48 channels, 21:22 between two threads; 7x4: 32 panels, 16:16)
 LANES_SPLIT = PRICED_THREADS
@@ -252,7 +264,7 @@ class LanesPlan:
 
     @property
     def packed_size(self) -> int:
-        """Floats of the packed weights: every panel of 16*nv channels (zero past m) over all k."""
+        """Floats of the packed weights: every panel of VW*nv channels (zero past m) over all k."""
         nr = self.nv * VW
         return -(-self.m // nr) * nr * self.k
 
@@ -296,7 +308,7 @@ def lanes_plan(spec: Any) -> LanesPlan:
 
 
 def render_pack(p: LanesPlan) -> tuple[str, str]:
-    """(name stem, C body) of the weight packing: U[(panel * k + c) * 16*nv + l] = W[panel * 16*nv + l, c] (zero past
+    """(name stem, C body) of the weight packing: U[(panel * k + c) * VW*nv + l] = W[panel * VW*nv + l, c] (zero past
     m), from the weight view; it runs once, when the plan is built."""
     nr = p.nv * VW
     ao, sam, sak = p.w_view
@@ -309,22 +321,22 @@ def render_pack(p: LanesPlan) -> tuple[str, str]:
 
 
 def _lanes_tile(mr: int, nv: int) -> str:
-    """C[16*nv channels x mr pixels] of one tile: wp is the panel (k x 16*nv), x the tile's
+    """C[VW*nv channels x mr pixels] of one tile: wp is the panel (k x VW*nv), x the tile's
     first pixel of input channel 0 (channels ldx apart); the sums go back through a transposing copy, `rows`
     channels x `px` pixels."""
     nr = nv * VW
     t = f"{mr}x{nv}"
     return f"""static void plait_pwl_tile_{t}(int k, const float* restrict wp, const float* restrict x, long ldx,
                                  float* restrict c, long ldc, int rows, int px) {{
-  plait_v16 acc[{mr}][{nv}];
+  plait_vf acc[{mr}][{nv}];
 #pragma GCC unroll {mr}
   for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_v16){{0}};
+    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_vf){{0}};
   for (int p = 0; p < k; p++) {{
-    plait_v16 w[{nv}];
+    plait_vf w[{nv}];
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) w[v] = *(const plait_v16*)(wp + p * {nr} + v * {VW});
+    for (int v = 0; v < {nv}; v++) w[v] = *(const plait_vf*)(wp + p * {nr} + v * {VW});
     const float* xp = x + p * ldx;
 #pragma GCC unroll {mr}
     for (int i = 0; i < {mr}; i++) {{
@@ -337,7 +349,7 @@ def _lanes_tile(mr: int, nv: int) -> str:
 #pragma GCC unroll {mr}
   for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) *(plait_v16*)(tmp[i] + v * {VW}) = acc[i][v];
+    for (int v = 0; v < {nv}; v++) *(plait_vf*)(tmp[i] + v * {VW}) = acc[i][v];
   if (px == {mr}) {{
     for (int ch = 0; ch < rows; ch++)
 #pragma GCC unroll {mr}

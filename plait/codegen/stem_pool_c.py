@@ -1,11 +1,11 @@
 """An image stem and the max pool that alone reads it, as one cpu kernel (inference).
 
-resnet's 7x7/2 stem wrote 64 x 112 x 112 floats per image (3.2 MB, more than L2) through 16 x 16 transposes to its
+resnet's 7x7/2 stem wrote 64 x 112 x 112 floats per image (3.2 MB, more than L2) through transposes to its
 NCHW planes, and the 3x3/2 pool after it read them back from memory; alexnet's 11x11/4 stem and its 3x3/2 pool
 likewise. Here the stems' lanes form (plait/codegen/gemm_c.py: `plait_dc_band`, `plait_dl_micro`,
-`plait_dl_store16`) computes each conv row into a row tile (16-channel groups, pixel-major), applies the stem's
+`plait_dl_store`) computes each conv row into a row tile (VW-channel groups, pixel-major), applies the stem's
 epilogue there (per-channel operands only: bias, folded batch norm, ReLU), and the pool takes its maxima over
-whole 16-channel vectors of those tiles while they are in cache (first along the row, then across the window's
+whole channel vectors of those tiles while they are in cache (first along the row, then across the window's
 rows); only the pooled rows are transposed and stored.
 Tasks are bands of up to POOL_ROWS pooled rows of one image (band_rows balances two threads; SCHEDULE hands them
 out); a thread keeps the conv rows its previous band computed, so the rows two bands share are computed once per
@@ -114,7 +114,7 @@ def packable(spec: GemmSpec) -> bool:
 
 def pack_plan(spec: GemmSpec) -> LanesPlan:
     """The packing of the stem's weights that the kernel reads when StemPool.packed: panels of the lanes tile's
-    16*CV output channels over all k patch elements (the layout the kernel otherwise builds per call and thread),
+    VW*CV output channels over all k patch elements (the layout the kernel otherwise builds per call and thread),
     made by a `pointwise_weight` node that runs once, when the plan is built."""
     win = spec.conv
     assert win is not None
@@ -133,54 +133,54 @@ typedef struct { int kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, pb; } plait_pwin; /
 #define PLAIT_MAX_NAN(o, v) (((o) > (v) || (o) != (o)) ? (o) : (v))
 #define PLAIT_MAX(o, v) ((o) > (v) ? (o) : (v))
 
-/* h (16-channel groups of PTW pooled columns, pixel-major) = the maxima of conv row tile t (groups of TW pixels, ow
-   of them in use) over the pool's window columns, the columns whose windows lie inside the row without bounds
+/* h (PLAIT_VW-channel groups of PTW pooled columns, pixel-major) = the maxima of conv row tile t (groups of TW
+   pixels, ow of them in use) over the pool's window columns, the columns whose windows lie inside the row without bounds
    tests. Returns whether t may hold a NaN (it holds a NaN or an infinity). */
 static int plait_pool_row(const float* restrict t, const plait_pwin* pg, int m, int TW, int ow, int PTW,
                           float* restrict h) {
   /* x * 0 is NaN for a NaN or an infinity, else 0: one multiply-add per vector tests the row, into four sums. One
      chain of dependent multiply-adds waited for each: resnet50's stem 1.233-1.249 -> 1.194-1.203 ms with four, one
      thread, against controls (alexnet's 0.678-0.683 -> 0.673-0.677) */
-  plait_v16 z[4] = {{0}, {0}, {0}, {0}};
-  for (int cg = 0; cg < m / 16; cg++) {
-    const plait_v16* r = (const plait_v16*)(t + (long)cg * TW * 16);
+  plait_vf z[4] = {{0}, {0}, {0}, {0}};
+  for (int cg = 0; cg < m / PLAIT_VW; cg++) {
+    const plait_vf* r = (const plait_vf*)(t + (long)cg * TW * PLAIT_VW);
     int v = 0;
     for (; v + 4 <= ow; v += 4)
 #pragma GCC unroll 4
       for (int q = 0; q < 4; q++) z[q] += r[v + q] * 0.0f;
     for (; v < ow; v++) z[0] += r[v] * 0.0f;
   }
-  plait_v16 zs = (z[0] + z[1]) + (z[2] + z[3]);
+  plait_vf zs = (z[0] + z[1]) + (z[2] + z[3]);
   int nan = 0, sw = pg->sw, dw = pg->dw, kw = pg->kw;
-  for (int i = 0; i < 16; i++) nan |= zs[i] != zs[i];
+  for (int i = 0; i < PLAIT_VW; i++) nan |= zs[i] != zs[i];
   /* pooled columns [lo, hi) have every window column inside the row */
   int lo = (pg->pw + sw - 1) / sw, last = ow - 1 - (kw - 1) * dw + pg->pw;
   int hi = last < 0 ? 0 : last / sw + 1;
   hi = hi > pg->ow ? pg->ow : hi;
   lo = lo > hi ? hi : lo;
-  for (int cg = 0; cg < m / 16; cg++) {
-    const float* r = t + (long)cg * TW * 16;
-    float* d = h + (long)cg * PTW * 16;
+  for (int cg = 0; cg < m / PLAIT_VW; cg++) {
+    const float* r = t + (long)cg * TW * PLAIT_VW;
+    float* d = h + (long)cg * PTW * PLAIT_VW;
     for (int px = 0; px < pg->ow; px++) {
-      float* restrict o = d + (long)px * 16;
+      float* restrict o = d + (long)px * PLAIT_VW;
       int x0 = px * sw - pg->pw;
       if (px >= lo && px < hi && !nan) {
-        const float* restrict s = r + (long)x0 * 16;
+        const float* restrict s = r + (long)x0 * PLAIT_VW;
 #pragma omp simd
-        for (int i = 0; i < 16; i++) {
+        for (int i = 0; i < PLAIT_VW; i++) {
           float v = s[i];
-          for (int kx = 1; kx < kw; kx++) v = PLAIT_MAX(v, s[kx * dw * 16 + i]);
+          for (int kx = 1; kx < kw; kx++) v = PLAIT_MAX(v, s[kx * dw * PLAIT_VW + i]);
           o[i] = v;
         }
         continue;
       }
-      for (int i = 0; i < 16; i++) o[i] = -INFINITY;
+      for (int i = 0; i < PLAIT_VW; i++) o[i] = -INFINITY;
       for (int kx = 0; kx < kw; kx++) {
         int x = x0 + kx * dw;
         if (x < 0 || x >= ow) continue;
-        const float* restrict s = r + (long)x * 16;
+        const float* restrict s = r + (long)x * PLAIT_VW;
 #pragma omp simd
-        for (int i = 0; i < 16; i++) o[i] = PLAIT_MAX_NAN(o[i], s[i]);
+        for (int i = 0; i < PLAIT_VW; i++) o[i] = PLAIT_MAX_NAN(o[i], s[i]);
       }
     }
   }
@@ -191,16 +191,17 @@ static int plait_pool_row(const float* restrict t, const plait_pwin* pg, int m, 
    pg->pb pooled rows of one image. A task computes the conv rows its windows read that this thread does not hold
    yet from its band of input rows, each as plait_conv_dlanes does into a row tile that epl then finishes;
    plait_pool_row keeps the row's maxima over the window columns (row y in slot y % NS of NS), and each pooled row
-   is the maximum of its window rows' slots, stored to P's planes transposed 16 x 16 at a time. With pre, A holds
-   the weights already packed as panels of CW channels (pack_plan); else each thread packs them from A's rows. */
+   is the maximum of its window rows' slots, stored to P's planes transposed PLAIT_VW x PLAIT_VW at a time. With
+   pre, A holds the weights already packed as panels of CW channels (pack_plan); else each thread packs them from A's
+   rows. */
 static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, int k, const float* A, int pre,
                                       long sab, long sai, long sam, const float* X, long sxb, long sxi, const plait_win* g,
                                       const plait_pwin* pg, float* P, plait_epl_fn epl, void* const* extra) {
-  enum { CV = @CV@, PX = @PX@, CW = CV * 16 };
+  enum { CV = @CV@, PX = @PX@, L = PLAIT_VW, CW = CV * L };
   int PB = pg->pb;
   int ow = g->ow, oh = n / ow, kk = g->kh * g->kw, cin = k / kk, sw = g->sw, mb = m / CW;
   int passes = (int)(((long)k * CW * 4 + @KCB@ - 1) / @KCB@), kc = (k + passes - 1) / passes;
-  int TW = ((ow + PX - 1) / PX * PX + 15) / 16 * 16, PTW = (pg->ow + 15) / 16 * 16;
+  int TW = ((ow + PX - 1) / PX * PX + L - 1) / L * L, PTW = (pg->ow + L - 1) / L * L;
   int NS = (PB - 1) * pg->sh + (pg->kh - 1) * pg->dh + 1;
   int R = (NS - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = TW + (g->kw - 1) * g->dw / sw;
   long pn = (long)pg->oh * pg->ow, bands = (pg->oh + PB - 1) / PB;
@@ -243,7 +244,7 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
           for (int p0 = 0; p0 < k; p0 += kc)
             for (int x0 = 0; x0 < ow; x0 += PX)
               plait_dl_micro_@CV@x@PX@(p0, p0 + kc < k ? p0 + kc : k, koff, src + x0, w + (long)b * k * CW,
-                                       tile + ((long)b * CV * TW + x0) * 16, (long)TW * 16);
+                                       tile + ((long)b * CV * TW + x0) * L, (long)TW * L);
         if (epl) epl(tile, bz, m, TW, ow, extra);
         hnan[y % NS] = plait_pool_row(tile, pg, m, TW, ow, PTW, rows + (size_t)(y % NS) * m * PTW);
       }
@@ -269,10 +270,10 @@ static void plait_conv_dlpool_@CV@x@PX@(long batch, long inner, int m, int n, in
           for (long e = 0; e < (long)m * PTW; e++) pt[e] = PLAIT_MAX(pt[e], h[e]);
         }
       }
-      for (int cg = 0; cg < m / 16; cg++)
-        for (int x0 = 0; x0 < pg->ow; x0 += 16)
-          plait_dl_store16(pt + ((long)cg * PTW + x0) * 16, p + (long)cg * 16 * pn + (long)py * pg->ow + x0, pn,
-                           pg->ow - x0 < 16 ? pg->ow - x0 : 16);
+      for (int cg = 0; cg < m / L; cg++)
+        for (int x0 = 0; x0 < pg->ow; x0 += L)
+          plait_dl_store(pt + ((long)cg * PTW + x0) * L, p + (long)cg * L * pn + (long)py * pg->ow + x0, pn,
+                         pg->ow - x0 < L ? pg->ow - x0 : L);
     }
   }
 }
@@ -297,18 +298,18 @@ def render(sp: StemPool, r: Any) -> RenderedKernel:
     assert tile is not None
     epl_fn, extra, epilogue, holder, params = "0", "0", "", "", ""
     if sp.epi is not None:
-        coords = _tile_coords(sp.epi.root.shape, spec.batch, spec.m, spec.n, "(cg * 16 + i)", "0")
+        coords = _tile_coords(sp.epi.root.shape, spec.batch, spec.m, spec.n, "(cg * PLAIT_VW + i)", "0")
         stmts, res, params = _epi(r, sp.epi, "v", "0", "      ", "int", coords)
         loads = "".join(
             f"  const {r.storage_type(x.dtype)}* restrict e{i} = extra[{i}];\n" for i, x in enumerate(sp.epi.extra)
         )
         epl_fn, extra = "epl_KERNEL_NAME", "extra"
         epilogue = f"""static void epl_KERNEL_NAME(float* restrict t, long bz, int m, int tw, int np, void* const* extra) {{
-{loads}  for (int cg = 0; cg < m / 16; cg++)
+{loads}  for (int cg = 0; cg < m / PLAIT_VW; cg++)
     for (int j = 0; j < np; j++) {{
-      float* restrict c = t + ((long)cg * tw + j) * 16;
+      float* restrict c = t + ((long)cg * tw + j) * PLAIT_VW;
 #pragma omp simd
-      for (int i = 0; i < 16; i++) {{
+      for (int i = 0; i < PLAIT_VW; i++) {{
       float v = c[i];
 {stmts}      c[i] = {res};
       }}

@@ -5,7 +5,7 @@ of the patch matrix X is a run of input rows (zero outside the image). Both oper
 the product is written as dot products along them: for a block of positions, a chunk of patch rows is gathered
 from the image into a small buffer that stays in cache, dy's rows are read where they are (a block within one image
 of a plane of whole vectors; else copied, padded with zeros), and a register tile of MR output-gradient rows by NC
-patch rows accumulates 16 lanes along the positions, summed once at the end. Reading dy in place saves a copy of it
+patch rows accumulates lanes along the positions, summed once at the end. Reading dy in place saves a copy of it
 per chunk of patch rows (twelve of a 128-channel 3x3 layer's): one thread, resnet18's layers at batch 16, the 56x56
 one 51 -> 46 ms, the stem 66 -> 57-60 (benchmarks/conv_wgrad_direct_cpu.py's shapes).
 Neither operand is transposed, so the im2col buffer of the folded form (C*kh*kw x N*P, written then read back) and
@@ -23,7 +23,24 @@ from typing import Any
 
 from plait.codegen import gemm_c
 
-MR, NC = 4, 6  # output-gradient rows x patch rows per register tile: 24 vector accumulators
+VW = gemm_c.VW  # floats per vector register (plait/codegen/simd.py)
+# Output-gradient rows x patch rows per register tile. AVX-512's 32 registers hold 24 accumulators; AVX2's 16 hold
+# 12 with the MR + 1 operand vectors beside them (24 there spill to memory).
+MR, NC = (4, 6) if VW == 16 else (2, 6)
+# With fewer registers gcc folds each use of a patch row's vector into its FMA as a memory operand: the 2 x 6 tile
+# then loads 14 vectors per 12 FMAs, more than the two a cycle a Zen 3 core takes. An empty asm statement keeps
+# the vector in a register (8 loads per 12 FMAs): one thread, resnet18 b16's 56x56 layer 36-40 -> 53-60 GFLOP/s.
+# AVX-512's tile is left as it was tuned.
+KEEP_DEFINE = (
+    ""
+    if VW == 16
+    else """
+#if defined(__x86_64__)
+#define PLAIT_WGRAD_KEEP(v) __asm__("" : "+x"(v)) /* v stays in a register, not refetched by every FMA */
+#else
+#define PLAIT_WGRAD_KEEP(v) (void)0
+#endif"""
+)
 ROWS, COLS = 96, 128  # patch rows and output channels per task
 KCW = 512  # positions per block: a task's buffers (patch rows, dy rows, partial sums) stay within L2
 
@@ -51,26 +68,31 @@ def _task_head() -> str:
 """
 
 
+def _keep(indent: int) -> str:
+    """The line that keeps the micro-kernels' bv in a register where KEEP_DEFINE asks for it."""
+    return " " * indent + "PLAIT_WGRAD_KEEP(bv);\n" if KEEP_DEFINE else ""
+
+
 def _source() -> str:
     """The library's C source for the tile and block sizes above."""
-    return f"""//@shared-begin plait_wgrad
-/* acc[i][j] (16 lanes along the positions) += dy row i (at a + i * lda) . patch row j (at b + j * kcp) over kcp
-   positions (a multiple of 16); the partial sums live in part between blocks. */
+    return f"""//@shared-begin plait_wgrad{KEEP_DEFINE}
+/* acc[i][j] ({VW} lanes along the positions) += dy row i (at a + i * lda) . patch row j (at b + j * kcp) over kcp
+   positions (a multiple of {VW}); the partial sums live in part between blocks. */
 static inline __attribute__((always_inline)) void plait_wgrad_micro(int kcp, const float* restrict a, long lda,
-                                                                   const float* restrict b, plait_v16* part, int first) {{
-  plait_v16 acc[{MR}][{NC}];
+                                                                   const float* restrict b, plait_vf* part, int first) {{
+  plait_vf acc[{MR}][{NC}];
 #pragma GCC unroll {MR}
   for (int i = 0; i < {MR}; i++)
 #pragma GCC unroll {NC}
-    for (int j = 0; j < {NC}; j++) acc[i][j] = first ? (plait_v16){{0}} : part[i * {NC} + j];
-  for (int p = 0; p < kcp; p += 16) {{
-    plait_v16 av[{MR}];
+    for (int j = 0; j < {NC}; j++) acc[i][j] = first ? (plait_vf){{0}} : part[i * {NC} + j];
+  for (int p = 0; p < kcp; p += {VW}) {{
+    plait_vf av[{MR}];
 #pragma GCC unroll {MR}
-    for (int i = 0; i < {MR}; i++) av[i] = *(const plait_v16*)(a + i * lda + p);
+    for (int i = 0; i < {MR}; i++) av[i] = *(const plait_vf*)(a + i * lda + p);
 #pragma GCC unroll {NC}
     for (int j = 0; j < {NC}; j++) {{
-      plait_v16 bv = *(const plait_v16*)(b + (long)j * kcp + p);
-#pragma GCC unroll {MR}
+      plait_vf bv = *(const plait_vf*)(b + (long)j * kcp + p);
+{_keep(6)}#pragma GCC unroll {MR}
       for (int i = 0; i < {MR}; i++) acc[i][j] += av[i] * bv;
     }}
   }}
@@ -80,9 +102,9 @@ static inline __attribute__((always_inline)) void plait_wgrad_micro(int kcp, con
     for (int j = 0; j < {NC}; j++) part[i * {NC} + j] = acc[i][j];
 }}
 
-/* A task's partial sums (row tiles of {NC} patch rows x column tiles of {MR} channels, 16 lanes each) summed across
+/* A task's partial sums (row tiles of {NC} patch rows x column tiles of {MR} channels, {VW} lanes each) summed across
    their lanes into out (co x nrow), rows [r0, r1) and channels [c0, c1). */
-static void plait_wgrad_store(const plait_v16* part, int rows, int cols, int r0, int r1, int c0, int c1, int nrow,
+static void plait_wgrad_store(const plait_vf* part, int rows, int cols, int r0, int r1, int c0, int c1, int nrow,
                               float* out) {{
   for (int rt = 0; rt < rows / {NC}; rt++)
     for (int ct = 0; ct < cols / {MR}; ct++)
@@ -90,9 +112,9 @@ static void plait_wgrad_store(const plait_v16* part, int rows, int cols, int r0,
         for (int j = 0; j < {NC}; j++) {{
           int o = c0 + ct * {MR} + i, r = r0 + rt * {NC} + j;
           if (o >= c1 || r >= r1) continue;
-          plait_v16 v = part[((long)rt * (cols / {MR}) + ct) * {MR * NC} + i * {NC} + j];
+          plait_vf v = part[((long)rt * (cols / {MR}) + ct) * {MR * NC} + i * {NC} + j];
           float sum = 0.0f;
-          for (int l = 0; l < 16; l++) sum += v[l];
+          for (int l = 0; l < {VW}; l++) sum += v[l];
           out[(long)o * nrow + r] = sum;
         }}
 }}
@@ -166,15 +188,15 @@ static void plait_wgrad_pack_x(const float* x, const plait_win* g, int c, int nr
 /* dw (co x nrow, the weight's layout) = dy (images x co x npos) . patch rows of x (images x c x h x w) over every
    image and position. Tasks: chunks of {ROWS} patch rows x {COLS} output channels, times `parts` slices of the
    positions when there are fewer chunks than 4 per thread (their sums then meet in a shared buffer). With whole
-   vectors per plane and tiles per channel chunk (inplace), blocks stay within one image, of equal multiples of 16
+   vectors per plane and tiles per channel chunk (inplace), blocks stay within one image, of equal multiples of {VW}
    positions up to {KCW}, and the micro-kernel reads dy's rows where they are; else blocks of {KCW} run across
    images and dy's rows are copied into a buffer padded with zeros. */
 static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_win* g, int images, int c, int co,
                         int nrow, int npos) {{
   long total = (long)images * npos;
-  int inplace = npos % 16 == 0 && co % {MR} == 0;
+  int inplace = npos % {VW} == 0 && co % {MR} == 0;
   int per = (npos + {KCW - 1}) / {KCW}, bs = (npos + per - 1) / per;
-  bs = (bs + 15) / 16 * 16;
+  bs = (bs + {VW - 1}) / {VW} * {VW};
   per = (npos + bs - 1) / bs;
   int nkb = inplace ? images * per : (int)((total + {KCW - 1}) / {KCW});
 {_task_split()}  float* red = 0;
@@ -185,9 +207,9 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
       red = plait_shared_scratch((size_t)parts * co * nrow);
     }}
   }}
-{_task_head()}    float* a = plait_scratch((size_t)(cols + rows) * {KCW} + (size_t)rows * cols * 16);
+{_task_head()}    float* a = plait_scratch((size_t)(cols + rows) * {KCW} + (size_t)rows * cols * {VW});
     float* b = a + (size_t)cols * {KCW};
-    plait_v16* part = (plait_v16*)(b + (size_t)rows * {KCW});
+    plait_vf* part = (plait_vf*)(b + (size_t)rows * {KCW});
     int sp[{KCW}], sl[{KCW}], si[{KCW}], soy[{KCW}], sox[{KCW}];
     for (int kb = kb0; kb < kb1; kb++) {{
       long g0 = (long)kb * {KCW};
@@ -199,7 +221,7 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
         g0 = (long)img * npos + pos0;
         ta = dy + ((long)img * co + c0) * npos + pos0;
       }}
-      int kcp = (kc + 15) / 16 * 16, ns = 0;
+      int kcp = (kc + {VW - 1}) / {VW} * {VW}, ns = 0;
       long lda = inplace ? npos : kcp;
       for (int p = 0; p < kc;) {{ /* the block's positions as runs within one output row */
         long gg = g0 + p;
@@ -240,29 +262,29 @@ static void plait_wgrad(const float* dy, const float* x, float* dw, const plait_
 def _shift_source() -> str:
     """The library's C source of the stride-1 form: both operands padded once, then read in place."""
     return f"""//@shared-begin plait_wgrad_s1
-/* acc[i][j] += dy row i (at a + i * lda) . b[j] over kcp positions (a multiple of 16) of each of nimg images (a and
+/* acc[i][j] += dy row i (at a + i * lda) . b[j] over kcp positions (a multiple of {VW}) of each of nimg images (a and
    b[j] advance by sa and sb per image); b[j] need not be aligned. The partial sums live in part between blocks. */
 static inline __attribute__((always_inline)) void plait_wgrad_s1_micro(int nimg, int kcp, const float* restrict a,
                                                                       long lda, long sa, const float* const* b, long sb,
-                                                                      plait_v16* part, int first) {{
-  plait_v16 acc[{MR}][{NC}];
+                                                                      plait_vf* part, int first) {{
+  plait_vf acc[{MR}][{NC}];
 #pragma GCC unroll {MR}
   for (int i = 0; i < {MR}; i++)
 #pragma GCC unroll {NC}
-    for (int j = 0; j < {NC}; j++) acc[i][j] = first ? (plait_v16){{0}} : part[i * {NC} + j];
+    for (int j = 0; j < {NC}; j++) acc[i][j] = first ? (plait_vf){{0}} : part[i * {NC} + j];
   for (int m = 0; m < nimg; m++) {{
     const float* am = a + m * sa;
     const float* bm[{NC}];
 #pragma GCC unroll {NC}
     for (int j = 0; j < {NC}; j++) bm[j] = b[j] + m * sb;
-    for (int p = 0; p < kcp; p += 16) {{
-      plait_v16 av[{MR}];
+    for (int p = 0; p < kcp; p += {VW}) {{
+      plait_vf av[{MR}];
 #pragma GCC unroll {MR}
-      for (int i = 0; i < {MR}; i++) av[i] = *(const plait_v16*)(am + i * lda + p);
+      for (int i = 0; i < {MR}; i++) av[i] = *(const plait_vf*)(am + i * lda + p);
 #pragma GCC unroll {NC}
       for (int j = 0; j < {NC}; j++) {{
-        plait_v16 bv = *(const plait_v16*)(bm[j] + p);
-#pragma GCC unroll {MR}
+        plait_vf bv = *(const plait_vf*)(bm[j] + p);
+{_keep(8)}#pragma GCC unroll {MR}
         for (int i = 0; i < {MR}; i++) acc[i][j] += av[i] * bv;
       }}
     }}
@@ -282,11 +304,11 @@ static inline __attribute__((always_inline)) void plait_wgrad_s1_micro(int nimg,
 static void plait_wgrad_s1(const float* dy, const float* x, float* dw, const plait_win* g, int images, int c, int co,
                            int oh, int nrow) {{
   int wp = g->ow + (g->kw - 1) * g->dw, kk = g->kh * g->kw;
-  long t1 = (long)oh * wp, tp = (t1 + 15) / 16 * 16, reach = (long)(g->kh - 1) * g->dh * wp + (g->kw - 1) * g->dw;
-  long lp = (tp + reach + 15) / 16 * 16, xplane = (long)g->h * g->w, yplane = (long)oh * g->ow;
+  long t1 = (long)oh * wp, tp = (t1 + {VW - 1}) / {VW} * {VW}, reach = (long)(g->kh - 1) * g->dh * wp + (g->kw - 1) * g->dw;
+  long lp = (tp + reach + {VW - 1}) / {VW} * {VW}, xplane = (long)g->h * g->w, yplane = (long)oh * g->ow;
   int cop = (co + {MR - 1}) / {MR} * {MR};
   int ipb = tp >= {KCW} ? 1 : (int)({KCW} / tp), per = (int)((tp + {KCW - 1}) / {KCW});
-  long bs = ((tp + per - 1) / per + 15) / 16 * 16;
+  long bs = ((tp + per - 1) / per + {VW - 1}) / {VW} * {VW};
   per = (int)((tp + bs - 1) / bs);
   int nkb = ipb > 1 ? (images + ipb - 1) / ipb : images * per;
 {_task_split()}  size_t nx = (size_t)images * c * lp, ny = (size_t)images * cop * tp, nred = parts > 1 ? (size_t)parts * co * nrow : 0;
@@ -327,7 +349,7 @@ static void plait_wgrad_s1(const float* dy, const float* x, float* dw, const pla
     memset(d + t1, 0, sizeof(float) * (size_t)(tp - t1));
   }}
   plait_team_barrier(); /* both operands are padded before any task reads them */
-{_task_head()}    plait_v16* part = (plait_v16*)plait_scratch((size_t)rows * cols * 16);
+{_task_head()}    plait_vf* part = (plait_vf*)plait_scratch((size_t)rows * cols * {VW});
     for (int kb = kb0; kb < kb1; kb++) {{
       int img = ipb > 1 ? kb * ipb : kb / per, nimg = 1;
       long pos0 = ipb > 1 ? 0 : kb % per * bs, kc = tp - pos0 < bs ? tp - pos0 : bs;
@@ -353,7 +375,9 @@ static void plait_wgrad_s1(const float* dy, const float* x, float* dw, const pla
 """
 
 
-CR, CV = 6, 4  # channels-last form: output-gradient rows x input-channel vectors per register tile (24 accumulators)
+# Channels-last form: output-gradient rows x input-channel vectors per register tile, 24 accumulators of AVX-512's 32
+# registers or 12 of AVX2's 16 (with CV vectors of x and a broadcast of dy beside them).
+CR, CV = (6, 4) if VW == 16 else (6, 2)
 CL_POSITIONS = 128  # channels-last form: about this many output positions (whole output rows) per block
 CL_COLS = 96  # channels-last form: output channels per task
 CL_ENABLED = 1  # the channels-last form on (0: the position-major form takes its windows; an A/B switch)
@@ -365,29 +389,29 @@ CL_MIN_CHANNELS = 128
 
 def _channels_last_source() -> str:
     """The library's C source of the channels-last stride-1 form: x copied once channels-last, dy read in place."""
-    cw = 16 * CV
+    cw = VW * CV
     dy_rows = "\n".join(f"  const float* d{j} = dy[{j}];" for j in range(CR))  # dy's CR rows as named pointers
     taps = ", ".join(f"d{j}[q0 + ox]" for j in range(CR))
     return f"""//@shared-begin plait_wgrad_cl
-/* acc[j][v] (16 input channels each) += dy row j (at dy[j] + oy * ow + ox) times x's channel vectors v at padded
+/* acc[j][v] ({VW} input channels each) += dy row j (at dy[j] + oy * ow + ox) times x's channel vectors v at padded
    position (oy, ox) of xa (row pitch wp, position pitch cip), for output rows [oy0, oy1); part keeps the sums. */
 static inline __attribute__((always_inline)) void plait_wgrad_cl_micro(int oy0, int oy1, int ow, long wp, int cip,
                                                                       const float* restrict xa,
-                                                                      const float* const* dy, plait_v16* part,
+                                                                      const float* const* dy, plait_vf* part,
                                                                       int first) {{
-  plait_v16 acc[{CR}][{CV}];
+  plait_vf acc[{CR}][{CV}];
 #pragma GCC unroll {CR}
   for (int j = 0; j < {CR}; j++)
 #pragma GCC unroll {CV}
-    for (int v = 0; v < {CV}; v++) acc[j][v] = first ? (plait_v16){{0}} : part[j * {CV} + v];
+    for (int v = 0; v < {CV}; v++) acc[j][v] = first ? (plait_vf){{0}} : part[j * {CV} + v];
 {dy_rows}
   for (int oy = oy0; oy < oy1; oy++) {{
     const float* xr = xa + (long)oy * wp * cip;
     long q0 = (long)oy * ow;
     for (int ox = 0; ox < ow; ox++) {{
-      plait_v16 xv[{CV}];
+      plait_vf xv[{CV}];
 #pragma GCC unroll {CV}
-      for (int v = 0; v < {CV}; v++) xv[v] = *(const plait_v16*)(xr + (long)ox * cip + v * 16);
+      for (int v = 0; v < {CV}; v++) xv[v] = *(const plait_vf*)(xr + (long)ox * cip + v * {VW});
       float dv[{CR}] = {{{taps}}};
 #pragma GCC unroll {CR}
       for (int j = 0; j < {CR}; j++)
@@ -446,7 +470,7 @@ static void plait_wgrad_cl(const float* dy, const float* x, float* dw, const pla
     int ci0 = rc * {cw}, c0 = cc * {CL_COLS}, c1 = c0 + {CL_COLS} < co ? c0 + {CL_COLS} : co;
     int tiles = (c1 - c0 + {CR - 1}) / {CR};
     int kb0 = (int)((long)s * nkb / parts), kb1 = (int)((long)(s + 1) * nkb / parts);
-    plait_v16* part = (plait_v16*)plait_scratch((size_t)kk * tiles * {CR * CV} * 16);
+    plait_vf* part = (plait_vf*)plait_scratch((size_t)kk * tiles * {CR * CV} * {VW});
     for (int kb = kb0; kb < kb1; kb++) {{
       int n = kb / per, oy0 = kb % per * rpb, oy1 = oy0 + rpb < oh ? oy0 + rpb : oh;
       for (int ct = 0; ct < tiles; ct++) {{
@@ -500,7 +524,7 @@ def channels_last(win: Any) -> bool:
     over input channels that fill whole tiles of CV vectors, CL_MIN_CHANNELS or more (the 3x3 layers of resnets and
     VGGs from 128 channels)."""
     return bool(
-        CL_ENABLED and shifted(win) and win.kh * win.kw > 1 and win.c % (16 * CV) == 0 and win.c >= CL_MIN_CHANNELS
+        CL_ENABLED and shifted(win) and win.kh * win.kw > 1 and win.c % (VW * CV) == 0 and win.c >= CL_MIN_CHANNELS
     )
 
 

@@ -257,7 +257,11 @@ def _tile_factor(mr: int, c: int, tiles: int, layer_tiles: int) -> float:
     ran 7% slower as 12x2 than as 24x1. Over full blocks of deep products the 6- and 8-row tiles lost to 24x1 and 12x2 by 10-20% (alexnet's 13x13
     and resnet's 256-channel 14x14 layers at batch 16: 6x4 59.3, 36.9, 33.8 ms against 24x1 50.5, 29.6, 28.7), while
     on batch 1's 49-tile blocks 6x4 stayed ahead (2.02 against 2.21 ms). Those were a 2-core Sapphire Rapids; on a
-    Zen 5 (1 MB L2) deep products over layers of fewer than TARGET_TILES tiles cost SMALL_BLOCK_COST."""
+    Zen 5 (1 MB L2) deep products over layers of fewer than TARGET_TILES tiles cost SMALL_BLOCK_COST. All of that is
+    AVX-512's tiles; with narrower vectors the tiles are gemm_c's 16-register ones, priced by their micro-kernel rates
+    (gemm_c.TILE_COST)."""
+    if gemm_c.VW != 16:
+        return gemm_c.TILE_COST[(mr, dict(gemm_c.TILES)[mr])]
     if c > SHALLOW_C and layer_tiles < TARGET_TILES:
         return SMALL_BLOCK_COST[mr]
     if mr == 24:
@@ -265,6 +269,28 @@ def _tile_factor(mr: int, c: int, tiles: int, layer_tiles: int) -> float:
     if mr < 12 and c > SHALLOW_C and tiles >= TARGET_TILES:
         return 1.1
     return 1.02
+
+
+def _tail(nv: int) -> bool:
+    """Whether a block's partial last panel of at most VW tiles runs on gemm_c's one-vector tail kernel rather than the
+    whole tile over zero columns: with narrower vectors than AVX-512's (whose tiles and blocks were tuned with whole
+    panels on hosts not measurable here). Batch 1's 7x7 tile grids (49 tiles) then cost 56 columns, not 64, as 6x2."""
+    return gemm_c.VW != 16 and nv > 1 and gemm_c.TAIL_VECTORS >= 1
+
+
+# what a column of the one-vector tail kernel costs against a whole panel's: 6x1of2 against 6x2 per column, one thread,
+# perf samples on the Zen 3 guest: resnet's 128-channel 28x28 F(4,3) layer 1.30, 64-channel 56x56 1.38 (half the
+# accumulators a 6x2 tile has, so the multiply-adds' latency shows)
+TAIL_COST = 1.35
+
+
+def _padded(tiles: int, nv: int) -> float:
+    """The columns a block of `tiles` tiles computes with the nv-vector register tile, the tail's weighted by TAIL_COST
+    (_tail)."""
+    nr = nv * gemm_c.VW
+    if _tail(nv) and 0 < tiles % nr <= gemm_c.VW:
+        return tiles // nr * nr + gemm_c.VW * TAIL_COST
+    return -(-tiles // nr) * nr
 
 
 def _split_loss(tasks: int) -> float:
@@ -286,7 +312,7 @@ def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
     tw, rows = -(-win.ow // m), win.n * -(-win.oh // m)
     best: tuple[float, int, int, int] | None = None
     for mr, nv in gemm_c.TILES:
-        nr, kp = nv * gemm_c.VW, -(-k // mr) * mr
+        kp = -(-k // mr) * mr
         # a block re-reads all of U: beyond what stays in L2 next to V, streaming it costs about 6/tiles of the
         # block's product time (L3 bandwidth against the micro-kernel's rate, measured on the 2-core Xeon)
         streamed = (m + r - 1) ** 2 * kp * c * 4 > U_CACHED
@@ -295,7 +321,7 @@ def pick(spec: Any, constant_weight: bool = True) -> WinogradPlan | None:
                 break
             blocks = -(-rows // rpb)
             last = rows - (blocks - 1) * rpb
-            cols = (blocks - 1) * -(-rpb * tw // nr) * nr + -(-last * tw // nr) * nr
+            cols = (blocks - 1) * _padded(rpb * tw, nv) + _padded(last * tw, nv)
             # padded product work plus U traffic; then the 24-row tile (fewest loads per multiply-add), except over
             # a shallow depth (products over <= SHALLOW_C channels), where it cost 1.2-1.4x the others (docs/benchmarks.md)
             factor = _tile_factor(mr, c, min(rpb, rows) * tw, rows * tw)
@@ -346,43 +372,44 @@ def _sandwich(
 
 
 def _gather(m: int, al: int) -> str:
-    """Statements storing, for each tile element column v < al, 16 tiles' elements row[m * tx + v] (tx < 16) of one
+    """Statements storing, for each tile element column v < al, VW tiles' elements row[m * tx + v] (tx < VW) of one
     zero-padded input row chunk `s` into P: the row's m vectors (and m more loaded m, 2m, ... floats further on, for
-    v >= m) are deinterleaved with two-source shuffles instead of 16 strided scalar copies."""
-    names = "xyz"
+    v >= m) are deinterleaved with two-source shuffles instead of VW strided scalar copies."""
+    names, vw = "xyz", gemm_c.VW
     lines = [
-        f"        plait_v16 {names[q]}{i} = *(const plait_v16*)(s + {q * m + 16 * i if q else 16 * i});"
+        f"        plait_vf {names[q]}{i} = *(const plait_vf*)(s + {q * m + vw * i if q else vw * i});"
         for q in range(-(-al // m))
         for i in range(m)
     ]
     for v in range(al):
         src, vv = names[v // m], v % m
         if m == 2:
-            idx = [vv + 2 * i for i in range(8)] + [16 + vv + 2 * i for i in range(8)]
+            idx = [vv + 2 * i for i in range(vw // 2)] + [vw + vv + 2 * i for i in range(vw // 2)]
             expr = f"PLAIT_WSHUF({src}0, {src}1, {', '.join(map(str, idx))})"
-            lines.append(f"        *(plait_v16*)(p + {v} * pp) = {expr};")
+            lines.append(f"        *(plait_vf*)(p + {v} * pp) = {expr};")
             continue
-        half = [vv + 4 * i for i in range(4)] + [16 + vv + 4 * i for i in range(4)] + [0] * 8
+        # m == 4: each pair of vectors holds VW / 4 tiles, deinterleaved into half a vector, then the halves joined
+        half = [vv + 4 * i for i in range(vw // 4)] + [vw + vv + 4 * i for i in range(vw // 4)] + [0] * (vw // 2)
         h = ", ".join(map(str, half))
         lines.append(
-            f"        plait_v16 lo{v} = PLAIT_WSHUF({src}0, {src}1, {h}), hi{v} = PLAIT_WSHUF({src}2, {src}3, {h});"
+            f"        plait_vf lo{v} = PLAIT_WSHUF({src}0, {src}1, {h}), hi{v} = PLAIT_WSHUF({src}2, {src}3, {h});"
         )
-        both = ", ".join(map(str, [*range(8), *range(16, 24)]))
-        lines.append(f"        *(plait_v16*)(p + {v} * pp) = PLAIT_WSHUF(lo{v}, hi{v}, {both});")
+        both = ", ".join(map(str, [*range(vw // 2), *range(vw, vw + vw // 2)]))
+        lines.append(f"        *(plait_vf*)(p + {v} * pp) = PLAIT_WSHUF(lo{v}, hi{v}, {both});")
     return "\n".join(lines)
 
 
 def _transforms(m: int, r: int) -> str:
-    """The input and output tile transforms for F(m, r), in explicit 16-wide vectors over the tiles of a block (the
-    block's tile columns are padded to whole panels, so every vector is full)."""
+    """The input and output tile transforms for F(m, r), in explicit vectors of VW tiles of a block (the block's tile
+    columns are padded to whole panels, so every vector is full)."""
     bt, _, at = _matrices(m, r)
-    al, v16, f = m + r - 1, "plait_v16", _tag(m, r)
-    src_in = [[f"*(const {v16}*)(P + {u * al + v} * pp + j)" for v in range(al)] for u in range(al)]
-    lines_in, v_out = _sandwich(bt, src_in, "t", "    ", v16)
-    stores_in = [f"    *({v16}*)(d + {a * al + b} * xs) = {v_out[a][b]};" for a in range(al) for b in range(al)]
-    src_out = [[f"*(const {v16}*)(mb + {u * al + v} * ms + j)" for v in range(al)] for u in range(al)]
-    lines_out, y_out = _sandwich(at, src_out, "o", "      ", v16)
-    stores_out = [f"      *({v16}*)(O + {a * m + b} * tbp + j) = {y_out[a][b]};" for a in range(m) for b in range(m)]
+    al, vf, f, vw = m + r - 1, "plait_vf", _tag(m, r), gemm_c.VW
+    src_in = [[f"*(const {vf}*)(P + {u * al + v} * pp + j)" for v in range(al)] for u in range(al)]
+    lines_in, v_out = _sandwich(bt, src_in, "t", "    ", vf)
+    stores_in = [f"    *({vf}*)(d + {a * al + b} * xs) = {v_out[a][b]};" for a in range(al) for b in range(al)]
+    src_out = [[f"*(const {vf}*)(mb + {u * al + v} * ms + j)" for v in range(al)] for u in range(al)]
+    lines_out, y_out = _sandwich(at, src_out, "o", "      ", vf)
+    stores_out = [f"      *({vf}*)(O + {a * m + b} * tbp + j) = {y_out[a][b]};" for a in range(m) for b in range(m)]
     body_in = "\n".join(lines_in + stores_in)
     body_out = "\n".join(lines_out + stores_out)
     return f"""//@shared-begin plait_wino_{f}
@@ -391,13 +418,14 @@ def _transforms(m: int, r: int) -> str:
 __attribute__((noinline)) static void plait_wino_in_{f}(const float* x, const plait_wino_geo* g, long r0, long r1,
                                                         int c, float* V, int nr) {{
   int tw = g->tw, tbp = g->tbp, tiles = (int)(r1 - r0) * tw, used = (tiles + nr - 1) / nr * nr;
-  /* P's rows have 16 columns of slack: a tile row's last 16-tile store may run past its tiles (the next tile row,
-     or the zeroing below, overwrites those columns); an input row holds whole 16-tile chunks and m floats more */
-  int pp = tbp + 16, chunks = (tw + 15) / 16, pitch = chunks * {16 * m} + 16, wp = tw * {m} + {al - m};
+  /* P's rows have VW columns of slack: a tile row's last VW-tile store may run past its tiles (the next tile row,
+     or the zeroing below, overwrites those columns); an input row holds whole VW-tile chunks and 16 floats more (the
+     gather's loads for v >= m read up to 4 past a chunk) */
+  int pp = tbp + {vw}, chunks = (tw + {vw - 1}) / {vw}, pitch = chunks * {vw * m} + 16, wp = tw * {m} + {al - m};
   long xs = (long)(tbp / nr) * g->c * nr + PLAIT_WINO_SKEW;
   float P[{al * al} * pp] __attribute__((aligned(64))), rb[{al} * pitch] __attribute__((aligned(64)));
   if ({int(V_PREFETCHW)}) /* this channel's lines of V, with write intent (V_PREFETCHW) */
-    for (int j = 0; j < used; j += 16)
+    for (int j = 0; j < used; j += {vw}) /* every VW columns: each line, and each 8-wide panel's half line */
       for (int e = 0; e < {al * al}; e++) __builtin_prefetch(V + ((long)(j / nr) * g->c + c) * nr + j % nr + e * xs, 1, 3);
   for (int u = 0; u < {al}; u++) memset(rb + u * pitch + wp, 0, sizeof(float) * (pitch - wp)); /* read, never used */
   for (long R = r0; R < r1; R++) {{
@@ -415,18 +443,18 @@ __attribute__((noinline)) static void plait_wino_in_{f}(const float* x, const pl
       memcpy(row + g->pw, xc + (long)iy * g->w, sizeof(float) * g->w);
       memset(row + g->pw + g->w, 0, sizeof(float) * (wp - g->pw - g->w));
     }}
-    /* each tile element (u, v) into a run over the tiles, 16 tiles per shuffle */
+    /* each tile element (u, v) into a run over the tiles, VW tiles per shuffle */
     for (int u = 0; u < {al}; u++)
       for (int ch = 0; ch < chunks; ch++) {{
-        const float* s = rb + u * pitch + ch * {16 * m};
-        float* p = P + u * {al} * pp + jb + ch * 16;
+        const float* s = rb + u * pitch + ch * {vw * m};
+        float* p = P + u * {al} * pp + jb + ch * {vw};
 {_gather(m, al)}
       }}
   }}
   /* columns past the block's last tile are zeros, so the products there stay finite */
   for (int e = 0; e < {al * al}; e++)
     for (int j = tiles; j < used; j++) P[e * pp + j] = 0.0f;
-  for (int j = 0; j < used; j += 16) {{
+  for (int j = 0; j < used; j += {vw}) {{
     float* d = V + ((long)(j / nr) * g->c + c) * nr + j % nr;
 {body_in}
   }}
@@ -436,11 +464,11 @@ __attribute__((noinline)) static void plait_wino_in_{f}(const float* x, const pl
    scratch O (m*m x tbp). */
 __attribute__((noinline)) static void plait_wino_out_{f}(const float* Mb, int mr, int rows, long r0, long r1,
                                                          const plait_wino_geo* g, float* Y, int k0, float* O) {{
-  int tw = g->tw, tbp = g->tbp, used = ((int)(r1 - r0) * tw + 15) / 16 * 16;
+  int tw = g->tw, tbp = g->tbp, used = ((int)(r1 - r0) * tw + {vw - 1}) / {vw} * {vw};
   long ms = (long)mr * tbp + PLAIT_WINO_SKEW;
   for (int i = 0; i < rows; i++) {{
     const float* mb = Mb + (long)i * tbp;
-    for (int j = 0; j < used; j += 16) {{
+    for (int j = 0; j < used; j += {vw}) {{
 {body_out}
     }}
     for (long R = r0; R < r1; R++) {{
@@ -468,11 +496,12 @@ typedef struct { int c, k, kp, ldu, h, w, oh, ow, ph, pw, th, tw, rpb, tbp; } pl
    of panels: those strides are often a multiple of 4 KB (64 channels x 16 tiles x 4 bytes), which put all 36 stores
    of one input tile (and the output transform's 36 loads) into one L1 set; one line more spreads them over 36. */
 enum { PLAIT_WINO_SKEW = 16 };
-typedef int plait_wi16 __attribute__((vector_size(64)));
+/* the gather's shuffle indices: one int per lane of plait_vf */
+typedef int plait_wi __attribute__((vector_size(PLAIT_VW * 4)));
 #if defined(__clang__)
 #define PLAIT_WSHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 #else
-#define PLAIT_WSHUF(a, b, ...) __builtin_shuffle(a, b, (plait_wi16){__VA_ARGS__})
+#define PLAIT_WSHUF(a, b, ...) __builtin_shuffle(a, b, (plait_wi){__VA_ARGS__})
 #endif
 //@shared-end
 """
@@ -482,6 +511,13 @@ def _driver(m: int, r: int, mr: int, nv: int) -> str:
     """Blocks of tile rows: per chunk of blocks, one parallel pass transforms the input tiles (one task per block and
     channel), a second runs the products, output transform and epilogue (one task per block and row tile)."""
     al2, nr, t, f = (m + r - 1) ** 2, nv * gemm_c.VW, f"{mr}x{nv}", _tag(m, r)
+    whole, tail = "used", ""
+    if _tail(nv):
+        whole = "cols - (used - 1) * " + f"{nr} <= {gemm_c.VW} ? used - 1 : used"
+        tail = f"""
+          if (whole < used) /* a last panel of at most VW tiles: the one-vector kernel on its first vector */
+            plait_micro_{mr}x1of{nv}(g->c, u, g->ldu, vb + xi * xs + (long)whole * g->c * {nr}, mb + xi * ms + whole * {nr},
+                                  tbp, 1, {mr}, {gemm_c.VW}, 0);"""
     return f"""//@shared-begin plait_wino_{f}_{t}
 static void plait_wino_{f}_{t}(const plait_wino_geo* g, int images, const float* X, const float* U, float* Y,
                               plait_epi_fn epi, void* const* extra) {{
@@ -513,16 +549,16 @@ static void plait_wino_{f}_{t}(const plait_wino_geo* g, int images, const float*
         const float* vb = V + t / groups * vblock;
         long ms = (long){mr} * tbp + PLAIT_WINO_SKEW;
         float* mb = plait_scratch((size_t)({al2} * ms) + (size_t){m * m} * tbp);
-        int used = (int)(((r1 - r0) * g->tw + {nr - 1}) / {nr});
+        int cols = (int)((r1 - r0) * g->tw), used = (cols + {nr - 1}) / {nr}, whole = {whole};
         for (int xi = 0; xi < {al2}; xi++) {{
           const float* u = U + ((long)xi * g->kp + k0) * g->ldu;
           /* the next element's rows of U (U_AHEAD) come in while these multiply */
           if (xi + {U_AHEAD} < {al2})
             for (long e = 0; e < (long){mr} * g->ldu; e += 16)
               __builtin_prefetch(u + {U_AHEAD}L * g->kp * g->ldu + e, 0, {U_LOCALITY});
-          for (int p = 0; p < used; p++)
+          for (int p = 0; p < whole; p++)
             plait_micro_{t}(g->c, u, g->ldu, vb + xi * xs + (long)p * g->c * {nr}, mb + xi * ms + p * {nr}, tbp, 1,
-                            {mr}, {nr}, 0);
+                            {mr}, {nr}, 0);{tail}
         }}
         plait_wino_out_{f}(mb, {mr}, rows, r0, r1, g, Y, k0, mb + {al2} * ms);
         /* the epilogue runs on each image's rows of finished output, a contiguous run of every channel plane */
@@ -600,7 +636,7 @@ def render(p: WinogradPlan, r: Any, epi: Any = None) -> RenderedKernel:
 def render_weight(p: WinogradPlan) -> RenderedKernel:
     """The weight transform U[xi][k][c] = (G w[k, c] G^T)[xi] (rows k >= K zero), from the (K, C*r*r) weight view.
     The channels run across the vector lanes, 64 at a time: their taps are first copied tap-major into a small
-    buffer, so that each of U's alpha^2 rows is stored 16 channels per instruction (gcc does not gather the
+    buffer, so that each of U's alpha^2 rows is stored a vector of channels per instruction (gcc does not gather the
     channel-major taps itself). Per training step this kernel runs on every 3x3 weight; resnet18's 512x512 F(4,3)
     transform took 11 ms one channel at a time (docs/benchmarks.md, "cpu training step: layer4 by Winograd")."""
     _, g, _ = _matrices(p.m, p.r)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from plait import settings
+from plait.codegen import simd
 from plait.codegen.c import TEAM_SUFFIX, CRenderer, uses_team_cell
 from plait.errors import CompileError, DeviceError
 from plait.runtime import cache
@@ -152,7 +153,7 @@ class CPUDevice(Device):
         return self._team
 
     def _key(self, source: str) -> str:
-        return cache.key_of("cpu", self.info.driver, " ".join(FLAGS + LIBS), source)
+        return cache.key_of("cpu", self.info.driver, simd.target_id(), " ".join(FLAGS + LIBS), source)
 
     def compile_batch(self, kernels: list[tuple[str, str]]) -> list[Program]:
         """A plan's kernels as one translation unit per core, compiled in parallel: a few compiler runs instead of
@@ -168,7 +169,7 @@ class CPUDevice(Device):
             build_each(self, group)  # a lone kernel builds under its own key, still in this thread
             return
         joined = join_sources(group)
-        key = cache.key_of("cpu-batch", self.info.driver, " ".join(FLAGS + LIBS), joined)
+        key = cache.key_of("cpu-batch", self.info.driver, simd.target_id(), " ".join(FLAGS + LIBS), joined)
         try:
             lib = self._load(key, joined)
         except CompileError:

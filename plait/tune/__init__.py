@@ -18,6 +18,10 @@ _memo: dict[str, dict[str, Any]] = {}
 
 
 def _db_key(device: Device) -> str:
+    if device.info.kind == "cpu":  # the register tiles follow the vector width (plait/codegen/simd.py)
+        from plait.codegen import gemm_c
+
+        return cache.key_of("tune", "cpu", device.info.name, device.info.driver, f"vw{gemm_c.VW}")
     return cache.key_of("tune", device.info.kind, device.info.name, device.info.driver)
 
 
@@ -253,8 +257,9 @@ def knobs_for(device: Device, kind: str, spec: Any) -> dict[str, int]:
 
 
 GEMM_CANDIDATES = {
-    # register tiles that won at least one product in benchmarks/bench_tiles_c.py: 8x48 most often, 6x64 and 12x32
-    # on 49 columns, 4x96, 16x16 and 24x16 on single cells (resnet50's 512x196x1024 for 24x16)
+    # register tiles that won at least one product in benchmarks/bench_tiles_c.py on AVX-512 (16-float vectors): 8x48
+    # most often, 6x64 and 12x32 on 49 columns, 4x96, 16x16 and 24x16 on single cells (resnet50's 512x196x1024 for
+    # 24x16); narrower vectors take gemm_c.TILES (`candidates`)
     "c": [
         {"MR": 8, "NR": 48},
         {"MR": 6, "NR": 64},
@@ -315,6 +320,11 @@ def candidates(device: Device, spec: Any = None) -> list[dict[str, int]]:
             if spec is None:
                 return GEMM_CANDIDATES["tc"] + GEMM_CANDIDATES["tc_small"] + GEMM_CANDIDATES["opencl"]
             return _tc_candidates(spec)
+    if dialect == "c":
+        from plait.codegen import gemm_c
+
+        if gemm_c.VW != 16:  # the listed tiles are AVX-512's; narrower vectors take their own (gemm_c.TILES)
+            return [{"MR": mr, "NR": nv * gemm_c.VW} for mr, nv in gemm_c.TILES]
     return GEMM_CANDIDATES[dialect]
 
 

@@ -1,8 +1,8 @@
 """The cpu's stride-2 3x3 convolution with output channels across the vector lanes (plait/codegen/conv_s2_c.py:
 weights packed at plan build, bands of input rows split into even and odd columns, resnet's downsampling layers).
 Checked against PyTorch on odd and even planes, padding 0-2, rows of 14-29 pixels (partial and whole pixel tiles and
-16 x 16 transposes), uneven bands, input channels that are not a multiple of the lanes, output channels that fill
-part of a 64-channel panel, batches, a fused epilogue with a residual, and weights as plan inputs (the GEMM)."""
+VW x VW transposes), uneven bands, input channels that are not a multiple of the lanes, output channels that fill
+part of a panel, batches, a fused epilogue with a residual, and weights as plan inputs (the GEMM)."""
 
 import numpy as np
 import pytest
@@ -10,6 +10,7 @@ import torch
 
 import plait
 import plait.nn.functional as F
+from plait.codegen import gemm_c
 from tests.helpers import assert_close, rand
 
 CASES = [  # n, cin, h, w, cout, padding
@@ -57,10 +58,10 @@ def test_s2_lanes_residual_epilogue():
 
 
 def test_s2_lanes_choice():
-    """Output channels not a multiple of 16, fewer than 16 input channels, stride 1, a 5x5 window or 7x7 output
+    """Output channels not a multiple of the vector width, fewer than 16 input channels, stride 1, a 5x5 window or 7x7 output
     planes (conv_s2_c.S2_MIN_PIXELS, at any batch) keep the GEMM."""
     for cin, cout, stride, k, hw in (
-        (16, 24, 2, 3, 32),
+        (16, gemm_c.VW * 3 // 2, 2, 3, 32),
         (8, 64, 2, 3, 32),
         (16, 64, 1, 3, 32),
         (16, 64, 2, 5, 32),
@@ -89,13 +90,14 @@ def test_s2_weights_as_inputs_keep_the_gemm():
 
 
 def test_s2_lanes_last_weight_from_memory_computes_the_same(monkeypatch):
-    """The 4 x 7 tile (14-pixel rows) reads its last weight vector from L1 for every pixel (gemm_c.DIRECT_LANES_WMEM,
-    which keeps its 28 accumulators in registers): the same sums in the same order as holding it, bit for bit."""
-    from plait.codegen import gemm_c
-
-    assert gemm_c.DIRECT_LANES_WMEM and gemm_c.lanes_pixels(14) == 7
+    """A tile of 7 pixels (14-pixel rows; 4 x 7 with 16-float vectors, 2 x 7 with fewer) needs more than the
+    vector registers, so it reads its last weight vector from L1 for every pixel (gemm_c.DIRECT_LANES_WMEM, which
+    keeps its accumulators in registers): the same sums in the same order as holding it, bit for bit."""
+    monkeypatch.setattr(gemm_c, "DIRECT_LANES_PX", (7,))  # with 16-float vectors the tile lanes_pixels(14) picks
+    cv = gemm_c.DIRECT_LANES_CV
+    assert gemm_c.DIRECT_LANES_WMEM and gemm_c.lanes_pixels(14) == 7 and cv * 7 + cv + 1 > gemm_c.VECTOR_REGS
     got, want, _ = _conv(CASES[0], residual=False)
     monkeypatch.setattr(gemm_c, "DIRECT_LANES_WMEM", False)
     held, _, _ = _conv(CASES[0], residual=False)
     assert np.array_equal(got, held)
-    assert_close(got, want, "float32", "stride-2 lanes conv, 4 x 7 tile", tol_scale=10)
+    assert_close(got, want, "float32", "stride-2 lanes conv, 7-pixel tile", tol_scale=10)

@@ -2,9 +2,10 @@
 in place with masked loads (7x7 to wide planes, dilation, non-square kernels, rows narrower than a vector or not a
 multiple of it, several images); other stride-1 planes row by row from a zero-padded copy (rows longer than one
 64-output block, a partial vector) or, with rows of 10-28 outputs, in 64-output runs spanning their rows; and the
-kernel that runs 16 planes across the vector lanes (small, very narrow or strided planes, in strips of rows: strides
-2 and 3, dilation, non-square kernels, partial groups, groups spanning images), with a fused BN-style epilogue and
-ReLU6, against PyTorch."""
+kernel that runs a vector's width of planes across the vector lanes (small, very narrow or strided planes, in strips
+of rows: strides 2 and 3, dilation, non-square kernels, partial groups, groups spanning images), with a fused BN-style
+epilogue and ReLU6, against PyTorch. The masked kernel needs AVX-512 and 16-float vectors; at other widths
+(PLAIT_CPU_VECTOR) its geometries take the other kernels."""
 
 from types import SimpleNamespace
 
@@ -36,7 +37,8 @@ GEOMETRIES = [  # n, c, h, w, kh, kw, stride, padding, dilation
     (1, 17, 3, 3, 3, 3, 2, 1, 1),  # 2x2 outputs: fewer than one block of eight
     (1, 2, 80, 67, 3, 3, 1, 0, 1),  # no padding (output narrower than the input): row by row
     (1, 3, 30, 30, 3, 3, 1, 0, 1),  # no padding, rows of 28: runs spanning rows
-    (1, 17, 9, 9, 3, 3, 1, 0, 1),  # no padding, 7x7 outputs: across the lanes
+    (1, 17, 9, 9, 3, 3, 1, 0, 1),  # no padding, 7x7 outputs: across the lanes (16-float vectors), else flat runs
+    (1, 9, 8, 8, 3, 3, 1, 0, 1),  # no padding, 6x6 outputs: across the lanes at every vector width
     (2, 3, 20, 1, 3, 3, 1, 1, 1),  # masked: one-column planes (every side tap in the padding)
     (1, 2, 9, 17, 5, 3, 1, (2, 1), 1),  # masked: non-square kernel, rows of 17 (a row across every vector)
     (3, 2, 16, 16, 3, 3, 1, 1, 1),  # masked: rows of exactly one vector, planes of 16 vectors over three images
@@ -66,26 +68,29 @@ def test_depthwise_matches_torch(geo):
 
 
 @pytest.mark.parametrize(
-    ("stride", "hw", "pad", "kernel"),
+    ("stride", "hw", "pad", "at16", "narrower"),
     [
-        (2, 14, 1, "lanes"),
-        ((1, 2), 112, 1, "lanes"),
-        (1, 7, 1, "masked"),
-        (1, 14, 1, "masked"),
-        (1, 56, 1, "masked"),
-        (1, 112, 1, "masked"),
-        (1, 182, 1, "rows"),
-        (1, 9, 0, "lanes"),
-        (1, 16, 0, "flat"),
-        (1, 58, 0, "lanes"),
-        (1, 114, 0, "rows"),
+        (2, 14, 1, "lanes", "lanes"),
+        ((1, 2), 112, 1, "lanes", "lanes"),
+        (1, 7, 1, "masked", "flat"),
+        (1, 14, 1, "masked", "flat"),
+        (1, 56, 1, "masked", "rows"),
+        (1, 112, 1, "masked", "rows"),
+        (1, 182, 1, "rows", "rows"),
+        (1, 8, 0, "lanes", "lanes"),
+        (1, 9, 0, "lanes", "flat"),
+        (1, 16, 0, "flat", "flat"),
+        (1, 58, 0, "lanes", "rows"),
+        (1, 114, 0, "rows", "rows"),
     ],
 )
-def test_depthwise_kernel_pick(stride, hw, pad, kernel):
-    """Strided layers run across the vector lanes; stride-1 ones whose output keeps the input's size read in place
-    with masked loads (up to a limit on the masks); other stride-1 ones with rows of 10-28 outputs in runs spanning
-    rows, narrower rows and planes up to 56x56 across the lanes, wider planes row by row."""
+def test_depthwise_kernel_pick(stride, hw, pad, at16, narrower):
+    """Strided layers run across the vector lanes. With 16-float vectors stride-1 ones whose output keeps the input's
+    size read in place with masked loads (up to a limit on the masks); other stride-1 ones with rows of 10-28 outputs
+    in runs spanning rows, narrower rows and planes up to 56x56 across the lanes, wider planes row by row. With
+    narrower vectors (no masked kernel) rows of 7-28 outputs run flat, narrower ones across the lanes, wider planes
+    row by row."""
     sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
     oh, ow = (hw + 2 * pad - 3) // sh + 1, (hw + 2 * pad - 3) // sw + 1
     win = SimpleNamespace(sh=sh, sw=sw, h=hw, w=hw, kh=3, kw=3, oh=oh, ow=ow)
-    assert gemm_c.dw_kernel(win) == kernel
+    assert gemm_c.dw_kernel(win) == (at16 if gemm_c.VW == 16 else narrower)

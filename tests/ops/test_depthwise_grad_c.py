@@ -19,7 +19,7 @@ CASES = [  # n, c, h, w, kernel, stride, padding, dilation
     (2, 5, 12, 10, 3, 2, 1, 1),  # strided, as in mobilenet_v2
     (1, 4, 10, 9, (3, 5), (2, 1), (0, 2), (1, 2)),
     (3, 3, 7, 7, 3, 1, 0, 1),
-    (2, 3, 20, 37, 3, 1, 1, 1),  # inner columns in register blocks of 16, and the rest
+    (2, 3, 20, 37, 3, 1, 1, 1),  # inner columns in register blocks of a vector, and the rest
     (1, 2, 12, 40, 3, 1, 2, 2),
 ]
 

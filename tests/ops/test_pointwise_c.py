@@ -12,8 +12,14 @@ from plait.codegen import pointwise_c
 from tests.helpers import assert_close, rand
 
 CONVS = [  # batch, in channels, out channels, height, width
-    (1, 32, 16, 24, 24),  # 576 columns: nine 48-column blocks (8x3 tile), one run of prefetched blocks and a part
-    (2, 96, 24, 23, 23),  # 529 columns: a partial last block (6x4 tile), two images
+    (
+        1,
+        32,
+        16,
+        24,
+        24,
+    ),  # 576 columns: nine 48-column blocks (8x3 tile at 16-float vectors), one run of prefetched blocks and a part
+    (2, 96, 24, 23, 23),  # 529 columns: a partial last block, two images
     (1, 192, 32, 28, 28),  # two row blocks of 11 (32 rows: 11 + 11 + 10, the last one partial)
     (3, 40, 20, 16, 40),  # 20 rows in blocks of 7, 640 columns
 ]
@@ -46,9 +52,17 @@ def test_pointwise_batched_own_weights():
     assert_close(jit(a, bm), (torch.tensor(a) @ torch.tensor(bm)).numpy(), "float32", "batched pointwise", 10)
 
 
-@pytest.mark.parametrize(
-    ("m", "k", "tile"), [(16, 32, (8, 3)), (24, 96, (6, 4)), (32, 192, (11, 2)), (5, 2048, (5, 1))]
+# (rows, k, tile): at 16-float vectors; at 8 or 4 (TILES 6x2 and 12x1) k is given in B blocks of L1 of one vector
+# per row (k_l1): 6x2's block passes it, 12x1's just fits, and at twice that neither does
+_K_L1 = pointwise_c.L1_BLOCK // (4 * pointwise_c.VW)
+PICKS = (
+    [(16, 32, (8, 3)), (24, 96, (6, 4)), (32, 192, (11, 2)), (5, 2048, (5, 1))]
+    if pointwise_c.VW == 16
+    else [(16, 32, (6, 2)), (20, 64, (5, 2)), (32, _K_L1, (11, 1)), (5, 2 * _K_L1, (5, 1))]
 )
+
+
+@pytest.mark.parametrize(("m", "k", "tile"), PICKS)
 def test_pick_tile(m, k, tile):
     """Rows split into equal blocks of the tile that pads least among those whose B block stays in L1."""
     assert pointwise_c.pick_tile(m, k) == tile

@@ -51,6 +51,6 @@ def test_2048x49_product_splits_evenly_and_matches_torch() -> None:
     assert lanes, [k.name for k in plan.kernels]
     tile = re.search(r"plait_pwlanes_(\d+)x(\d+)", lanes[0].source)
     assert tile is not None
-    assert -(-2048 // (int(tile[2]) * 16)) % pointwise_c.LANES_SPLIT == 0, tile[0]
+    assert -(-2048 // (int(tile[2]) * pointwise_c.VW)) % pointwise_c.LANES_SPLIT == 0, tile[0]
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)).relu()
     assert_close(got, want.numpy(), "float32", "2048x49x512 across the lanes", tol_scale=10)

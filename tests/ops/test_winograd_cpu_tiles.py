@@ -1,6 +1,7 @@
-"""The cpu Winograd kernel's input tiles gathered by shuffles, 16 tiles of a tile row at a time (winograd_c._gather),
-into rows of transformed tiles whose element stride is skewed off a multiple of 4 KB: tile rows of several 16-tile
-chunks and partial chunks, both tile sizes, padding 0-2, batches whose blocks span images; against PyTorch."""
+"""The cpu Winograd kernel's input tiles gathered by shuffles, a vector's worth (VW) of a tile row's tiles at a time
+(winograd_c._gather), into rows of transformed tiles whose element stride is skewed off a multiple of 4 KB: tile rows
+of several chunks and partial chunks, both tile sizes, padding 0-2, batches whose blocks span images; against
+PyTorch. The chunks below are counted at VW 16; at 8 or 4 the same rows hold more and smaller partial chunks."""
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import torch
 import plait
 import plait.nn.functional as F
 from plait import settings
-from plait.codegen import gemm, winograd_c
+from plait.codegen import gemm, gemm_c, winograd_c
 from tests.helpers import assert_close, rand
 
 CASES = [  # n, c, h, w, k, padding
@@ -36,8 +37,9 @@ def test_winograd_tiles_match_torch(case, m):
 
 
 def test_register_tile_choice():
-    """Products over 64 input channels avoid the load-bound 24x1 register tile; deeper ones keep it where it pads
-    least (winograd_c._tile_factor)."""
+    """AVX-512: products over 64 input channels avoid the load-bound 24x1 register tile; deeper ones keep it where it
+    pads least (winograd_c._tile_factor). Narrower vectors: the tiles priced by their micro-kernel rates, 6x2 the
+    fastest, which also wins batch 1's 49-tile blocks once its partial last panel runs one vector wide."""
 
     def plan(c: int, k: int, hw: int) -> tuple[int, int]:
         win = F.Window(1, c, hw, hw, 3, 3, 1, 1, 1, 1, 1, 1)
@@ -45,6 +47,12 @@ def test_register_tile_choice():
         assert p is not None
         return p.mr, p.nv
 
+    if gemm_c.VW != 16:
+        assert winograd_c._padded(49, 2) == 48 + gemm_c.VW * winograd_c.TAIL_COST  # the 49th tile: one-vector kernel
+        assert winograd_c._padded(49, 1) == -(-49 // gemm_c.VW) * gemm_c.VW
+        for c, hw in ((64, 56), (64, 224), (128, 112), (128, 28), (256, 14), (192, 13)):
+            assert plan(c, c, hw) == (6, 2), (c, hw)
+        return
     assert plan(64, 64, 56) != (24, 1)
     assert plan(64, 64, 224) != (24, 1)
     assert plan(128, 128, 112) == (24, 1)
@@ -68,8 +76,9 @@ def _conv_relu_matches_torch(c: int, hw: int, kind: str, what: str) -> None:
 
 
 def test_small_deep_layer_matches_torch():
-    """resnet18 b1's 256-channel 14x14 layer as the per-layer choice runs it (F(2,3), 12x2 register tile, 43 -> 22
-    row groups of which the last holds 4 of 12 rows), with its bias and ReLU, against PyTorch."""
+    """resnet18 b1's 256-channel 14x14 layer as the per-layer choice runs it (F(2,3); at VW 16 the 12x2 register tile,
+    43 -> 22 row groups of which the last holds 4 of 12 rows; narrower, 6x2 with the 49th tile on the one-vector
+    kernel), with its bias and ReLU, against PyTorch."""
     _conv_relu_matches_torch(256, 14, "WINO2_", "resnet18 layer3 b1")
 
 

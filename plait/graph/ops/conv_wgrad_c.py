@@ -23,7 +23,7 @@ from plait.graph.ops import OpDef, register
 from plait.graph.ops.conv import Window
 
 # Output positions per image (and in all) from which the kernel is used. Each weight-gradient entry ends in a sum
-# across 16 lanes and each patch row is gathered in runs of one output row, which long position runs amortise; on
+# over vector lanes and each patch row is gathered in runs of one output row, which long position runs amortise; on
 # fewer the folded GEMM (outer products over its patch columns) is faster. One thread, resnet18's layers at batch 16
 # (benchmarks/conv_wgrad_direct_cpu.py, with the im2col and dy's copy the folded form needs): 56x56 51 against
 # 69 ms, 28x28 48 against 62, 14x14 69-76 against 64-70, 7x7 96-120 against 67-71.

@@ -14,6 +14,7 @@ from typing import Any
 
 from plait import dtypes
 from plait.codegen.cstyle import RenderedKernel
+from plait.codegen.gemm_c import VW
 from plait.errors import ShapeError, UnsupportedError
 from plait.graph.node import Node
 from plait.graph.ops import OpDef, register
@@ -54,13 +55,13 @@ def _body(w: Window) -> list[str]:
     whose kernel rows all lie inside the image takes every tap in one vectorised loop over the output columns whose
     taps all read inside it (a loop per row and tap ran 3 GFLOP/s: loop overhead); other rows go kernel row by
     kernel row, and the few edge columns tap by tap with their own bounds. At stride 1 the inner rows' columns in
-    whole blocks of 16 go first, each block's taps summed in registers over every image and row (`_blocks`: 2.2x
-    faster for mobilenet_v2's 144x56x56 layer), so the partial sums take only the rest."""
+    whole vectors (VW columns) go first, each block's taps summed in registers over every image and row (`_blocks`:
+    2.2x faster for mobilenet_v2's 144x56x56 layer), so the partial sums take only the rest."""
     kk, kh, kw, sw = w.kh * w.kw, w.kh, w.kw, w.sw
     cols = [_cols(w, kx) for kx in range(kw)]
     ilo, ihi = max(lo for _, lo, _ in cols), min(hi for _, _, hi in cols)
     ihi = max(ilo, ihi)
-    bhi = ilo + (ihi - ilo) // 16 * 16 if sw == 1 else ilo  # columns [ilo, bhi) go in register blocks
+    bhi = ilo + (ihi - ilo) // VW * VW if sw == 1 else ilo  # columns [ilo, bhi) go in register blocks
 
     def taps(rows: list[int] | None) -> list[str]:  # rows None: the kernel row `ky` of the enclosing loop
         out = []
@@ -126,34 +127,35 @@ def _body(w: Window) -> list[str]:
 
 def _blocks(w: Window, cols: list[tuple[int, int, int]], ilo: int, bhi: int) -> list[str]:
     """C lines: `tot[t]`, each tap's sum over the inner rows (every kernel row inside the image) and the columns
-    [ilo, bhi) (stride 1, every tap inside), 16 columns at a time in one vector accumulator per tap."""
+    [ilo, bhi) (stride 1, every tap inside), VW columns at a time in one vector accumulator per tap."""
     kk, kh = w.kh * w.kw, w.kh
     oy_lo = min(w.oh, -(-w.ph // w.sh))
     last = w.h - 1 - (kh - 1) * w.dh + w.ph  # the largest oy * sh whose window's last kernel row is inside
     oy_hi = max(oy_lo, min(w.oh, last // w.sh + 1)) if last >= 0 else oy_lo
+    v, vu = f"dwv{VW}", f"dwv{VW}u"
     acc = [
-        f"acc[{ky * w.kw + kx}] += gv * *(const dwv16u*)(xr + {ky * w.dh * w.w - a});"
+        f"acc[{ky * w.kw + kx}] += gv * *(const {vu}*)(xr + {ky * w.dh * w.w - a});"
         for ky in range(kh)
         for kx, (a, _, _) in enumerate(cols)
     ]
     return [
-        "typedef float dwv16 __attribute__((vector_size(64)));",
-        "typedef float dwv16u __attribute__((vector_size(64), aligned(4)));",
+        f"typedef float {v} __attribute__((vector_size({VW * 4})));",
+        f"typedef float {vu} __attribute__((vector_size({VW * 4}), aligned(4)));",
         f"float tot[{kk}];",
         f"for (int t = 0; t < {kk}; t++) tot[t] = 0.0f;",
-        f"for (int o0 = {ilo}; o0 < {bhi}; o0 += 16) {{",
-        f"  dwv16 acc[{kk}];",
-        f"  for (int t = 0; t < {kk}; t++) acc[t] = (dwv16){{0}};",
+        f"for (int o0 = {ilo}; o0 < {bhi}; o0 += {VW}) {{",
+        f"  {v} acc[{kk}];",
+        f"  for (int t = 0; t < {kk}; t++) acc[t] = ({v}){{0}};",
         f"  for (int n = 0; n < {w.n}; n++) {{",
         f"    const float* g = b1 + ((long)n * {w.c} + c) * {w.oh * w.ow} + o0;",
         f"    const float* xp = b2 + ((long)n * {w.c} + c) * {w.h * w.w} + o0;",
         f"    for (int oy = {oy_lo}; oy < {oy_hi}; oy++) {{",
-        f"      dwv16 gv = *(const dwv16u*)(g + (long)oy * {w.ow});",
+        f"      {v} gv = *(const {vu}*)(g + (long)oy * {w.ow});",
         f"      const float* xr = xp + (long)(oy * {w.sh} - {w.ph}) * {w.w};",
         *("      " + ln for ln in acc),
         "    }",
         "  }",
-        f"  for (int t = 0; t < {kk}; t++) for (int l = 0; l < 16; l++) tot[t] += acc[t][l];",
+        f"  for (int t = 0; t < {kk}; t++) for (int l = 0; l < {VW}; l++) tot[t] += acc[t][l];",
         "}",
     ]
 
