@@ -101,7 +101,7 @@ def use_gemv(m: int, n: int, k: int, batch: int, sbk: int, sbn: int, small_m: in
 # `benchmarks/bench_tiles_c.py` on one thread (docs/benchmarks.md). The one- and two-vector-wide tiles lose even where
 # they pad least (resnet50's 1024x196x256: 24x16 1.8x slower than 8x48), so padding alone picks badly.
 # With 8-float vectors (AVX2): the micro-kernel alone on the Zen 3 guest, one thread, kc 256 in L1 (docs/benchmarks.md,
-# "the vector width follows the host"): 12x1 70, 6x2 84-92, 4x3 64 GFLOP/s.
+# "the vector width follows the host"): 12x1 70, 6x2 84, 4x3 64 GFLOP/s.
 TILE_COST = (
     {(24, 1): 1.67, (12, 2): 1.31, (8, 3): 1.02, (6, 4): 1.05}
     if VW == 16
