@@ -156,7 +156,6 @@ _COMMON_SRC = """//@shared-begin plait_gemm_common
 #include <omp.h>
 #define PLAIT_VW @VW@ /* floats per vector register (plait/codegen/simd.py) */
 typedef float plait_vf __attribute__((vector_size(PLAIT_VW * 4), aligned(4)));
-typedef float plait_v16 __attribute__((vector_size(64), aligned(4)));
 typedef void (*plait_epi_fn)(float* c, long bz, int i0, int j0, int mr, int nr, void* const* extra);
 /* The patch geometry of an implicit-GEMM B operand: row k = (channel, ky, kx), column j = (oy, ox). */
 typedef struct { int h, w, kh, kw, sh, sw, ph, pw, dh, dw, ow; } plait_win;
@@ -1272,7 +1271,7 @@ static void plait_dwconv(long batch, long inner, int n, const float* A, long sab
 """
 
 
-def shuffle_pair(step: int, lo: list[int], hi: list[int], itype: str, vtype: str = "plait_v16") -> str:
+def shuffle_pair(step: int, lo: list[int], hi: list[int], itype: str, vtype: str = "plait_vf") -> str:
     """C statements making `lo` and `hi` (of the vector type `vtype`), each a two-source shuffle of the rows r[i] and
     r[i + step] by a mask of len(lo) lanes, spelled for clang (__builtin_shufflevector) and for gcc (__builtin_shuffle
     with an `itype` mask vector)."""
