@@ -81,6 +81,11 @@ PER_CALL_MIN_POSITIONS = 784
 # lost to F(2,3) on 16 tiles (14x14 at batch 1: 1.45x against 1.67x over the implicit GEMM) and won from 49 on
 MIN_TILES_F4 = 32
 MIN_TILES_F2 = 16
+# fewest F(2,3) tiles for a U that leaves L2 (`_tile_m`). With 8-float vectors the implicit GEMM of resnet50's
+# 512-channel 7x7 layers runs further below the core's peak than with 16, and F(2,3) wins there too: two threads,
+# bench_far_ab.py, the two layers 3.9 -> 3.0 ms near, replays 0.957 near (8 of 8 windows) and 0.936 far (3 of 3) on
+# the Zen 3 guest (docs/benchmarks.md, fourteenth session)
+F2_BIG_U_TILES = 2 * MIN_TILES_F2 if gemm_c.VW == 16 else MIN_TILES_F2
 # F(2, 5) only where the weight transform runs once per plan: an inference layer, alexnet's 64 -> 192 5x5 (the
 # only 5x5 layer among the benchmark nets) measured with constant weights, never in a training step
 R5_MIN_CHANNELS = 32
@@ -232,7 +237,7 @@ def _tile_m(spec: Any, constant_weight: bool) -> int | None:
         # with one panel of tiles every U element meets only 16 columns, so a U that leaves L2 is read at memory speed:
         # there the implicit GEMM, whose weight is 16/9 times smaller, wins (512-channel 7x7 at batch 1, one thread:
         # 3.0-3.9 against 3.3-4.3 ms since the GEMM's fringe columns; docs/benchmarks.md "CPU: resnet18 and resnet50")
-        if tiles[2] < 2 * MIN_TILES_F2 and 16 * spec.m * win.c * 4 > U_CACHED:
+        if tiles[2] < F2_BIG_U_TILES and 16 * spec.m * win.c * 4 > U_CACHED:
             return None
         return 2
     return None
