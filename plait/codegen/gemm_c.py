@@ -1285,14 +1285,22 @@ def shuffle_pair(step: int, lo: list[int], hi: list[int], itype: str, vtype: str
     return "".join(out)
 
 
+def transpose_masks(vw: int, b: int) -> tuple[list[int], list[int]]:
+    """The two-source shuffle masks (lo, hi) of the vw x vw transpose's stage that swaps the off-diagonal b x b blocks
+    of every 2b x 2b block, taking rows r and r + b (b a power of two): lane c of lo is r's c where bit b of c is
+    clear, else r + b's c - b; hi the other way round."""
+    lo = [c if not c & b else vw + c - b for c in range(vw)]
+    hi = [c + b if not c & b else vw + c for c in range(vw)]
+    return lo, hi
+
+
 def _transpose(vw: int) -> str:
     """The body of plait_dw_transpose for vw x vw blocks: log2(vw) stages, stage B exchanging bit B of the row and
     the column index between the rows i and i + B (one two-source shuffle per row and stage, shuffle_pair)."""
     lines = []
     b = vw // 2
     while b:
-        lo = [c if not c & b else vw + c - b for c in range(vw)]
-        hi = [c + b if not c & b else vw + c for c in range(vw)]
+        lo, hi = transpose_masks(vw, b)
         shuffles = shuffle_pair(b, lo, hi, "plait_dw_vi", "plait_vf")
         lines.append(
             f"#pragma GCC unroll {vw}\n  for (int i = 0; i < {vw}; i++)\n    if (!(i & {b})) {{\n{shuffles}"
@@ -1651,11 +1659,7 @@ def _store_masks(half: bool) -> str:
     """The shuffle masks of DIRECT_LANES_STORE's rounds as C initialisers (lo: half False; hi: True)."""
     rounds = []
     for q in range(VW.bit_length() - 1):
-        s = 1 << q
-        if half:
-            idx = [j + s if not j & s else VW + j for j in range(VW)]
-        else:
-            idx = [j if not j & s else VW + j - s for j in range(VW)]
+        idx = transpose_masks(VW, 1 << q)[int(half)]
         rounds.append("{" + ", ".join(map(str, idx)) + "}")
     return (",\n" + " " * 33).join(rounds)  # one round a line, under the first
 

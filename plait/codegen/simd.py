@@ -21,12 +21,23 @@ from plait.errors import PlaitError
 WIDTHS = (4, 8, 16)
 
 
+def c_compiler() -> str | None:
+    """The C compiler the cpu device builds with: PLAIT_CC, else the first of cc, gcc and clang on the PATH (None when
+    there is none)."""
+    configured = settings.get("PLAIT_CC")
+    for cand in [configured] if configured else ["cc", "gcc", "clang"]:
+        path = shutil.which(cand)
+        if path:
+            return path
+    return None
+
+
 @functools.cache
 def native_macros() -> str:
     """The C compiler's predefined macros for -march=native (empty when there is no compiler: then nothing is
     built for the cpu device, and the device itself says why)."""
-    cc = settings.get("PLAIT_CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), "")
-    if not cc or not shutil.which(cc):
+    cc = c_compiler()
+    if cc is None:
         return ""
     try:
         res = subprocess.run(

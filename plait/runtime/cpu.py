@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -45,11 +44,9 @@ LIBS = ["-lmvec", "-lm"]
 
 
 def find_compiler() -> str:
-    configured = settings.get("PLAIT_CC")
-    for cand in [configured] if configured else ["cc", "gcc", "clang"]:
-        path = shutil.which(cand)
-        if path:
-            return path
+    path = simd.c_compiler()
+    if path:
+        return path
     raise DeviceError("cpu: no C compiler found (tried cc, gcc, clang); install gcc or set PLAIT_CC")
 
 
