@@ -79,7 +79,7 @@ double line_cost(int m) {
 }
 """
 
-MODULES = ("gemm_c", "winograd_c", "pointwise_c", "stem_pool_c", "conv_s2_c")
+MODULES = ("gemm_c", "winograd_c", "pointwise_c", "stem_pool_c", "conv_s2_c", "irblock_c")
 
 
 def probe_lib() -> Any:

@@ -179,6 +179,9 @@ def summary(plan: object, run: TeamRun, res: dict[int, tuple[np.ndarray, list[fl
         "2t slowest thread cpu ms": round(float(two["cpu max"].sum()), 2),
         "2t imbalance ms (slowest - fastest)": round(float((two["max"] - two["min"]).sum()), 2),
         "2t cpu imbalance ms": round(float((two["cpu max"] - two["cpu min"]).sum()), 2),
+        "2t kernel cpu ms per thread (median replay)": [
+            round(float(v), 2) for v in np.median(res[2][0][..., 3].sum(axis=1), axis=0) / 1e6
+        ],
         "2t barrier wait ms (both threads)": round(float(two["wait"].sum()), 2),
         "2t step spans ms": round(float(two["span"].sum()), 2),
         "by kind (1t cpu, 2t cpu, 2t slowest cpu, 2t imbalance, 2t span)": {

@@ -223,6 +223,11 @@ def call(spec: Any, mr: int, nv: int, a_args: str, b_args: str, epi_fn: str, ext
 # its 7x7 products over 960 input channels 15-25% slower. At batch 16 (where the GEMM merges the images' columns into
 # one wide product) the GEMM was faster (benchmarks/bench_pwlanes_ab.py, docs/benchmarks.md).
 LANES_COLS = (32, 512)
+# With 8- or 4-float vectors (16 registers) the GEMM ran these products faster than the lanes kernel, which then
+# holds only 12 accumulators and transposes every 6 x 16 tile back into the planes: on the Zen 3 guest (two threads,
+# bench_far_ab.py, docs/benchmarks.md) resnet50 b1's three 2048x49x512 products 3.35 -> 2.77 ms and six 1024x196x256
+# 5.70 -> 5.53 ms, mobilenet_v2 b1's 1280x49x320 0.52 -> 0.46 ms. So the lanes kernel runs only with 16-float vectors.
+LANES = VW == 16
 LANES_MIN_ROWS = 16
 LANES_MAX_K = 576
 # A lanes product runs its whole k (at most LANES_MAX_K) in one pass: its tile's sums are transposed into C once and
@@ -270,14 +275,14 @@ class LanesPlan:
 
 
 def lanes_fits(spec: Any) -> bool:
-    """Whether `spec` runs across the lanes: one plain product (a 1x1 convolution over one image) whose B rows are
+    """Whether `spec` runs across the lanes (with 16-float vectors, LANES): one plain product (a 1x1 convolution over one image) whose B rows are
     contiguous pixels, LANES_COLS pixels, at least LANES_MIN_ROWS output channels, at most LANES_MAX_K input
     channels."""
     _, _, sbk, sbn = spec.b
     plain = spec.conv is None and getattr(spec, "conv_t", None) is None and spec.batch == 1
     cols = LANES_COLS[0] <= spec.n < LANES_COLS[1]
     rows = LANES_MIN_ROWS <= spec.m and spec.k <= LANES_MAX_K
-    return plain and sbn == 1 and sbk >= spec.n and cols and rows
+    return LANES and plain and sbn == 1 and sbk >= spec.n and cols and rows
 
 
 def _lanes_split_loss(panels: int, tiles: int) -> float:
@@ -388,6 +393,15 @@ static {"inline __attribute__((always_inline)) " if LANES_INLINE else ""}void pl
     const float* b = B + bz / inner * sbb + bz % inner * sbi;
     float* c = C + bz * (long)m * n;
     plait_pwl_prefetch(wp + (long)pa * k * {nr}, 0, lines);
+    /* a partial last tile (whose whole-tile reads could pass the image): its pixels, zero-padded, copied once for
+       all the task's panels */
+    int jp = j1 - j0 > (j1 - j0) / {mr} * {mr} ? j0 + (j1 - j0) / {mr} * {mr} : j1;
+    float* xt = 0;
+    if (jp < j1) {{
+      xt = plait_scratch((size_t)k * {mr});
+      for (int p = 0; p < k; p++)
+        for (int i = 0; i < {mr}; i++) xt[p * {mr} + i] = jp + i < j1 ? b[(long)p * sbk + jp + i] : 0.0f;
+    }}
     for (int pn = pa; pn < pb; pn++) {{
       const float* w = wp + (long)pn * k * {nr};
       int rows = m - pn * {nr} < {nr} ? m - pn * {nr} : {nr};
@@ -397,14 +411,8 @@ static {"inline __attribute__((always_inline)) " if LANES_INLINE else ""}void pl
         int px = j1 - j < {mr} ? j1 - j : {mr};
         float* cj = c + (long)pn * {nr} * n + j;
         const float* xj = b + j;
-        if (px == {mr}) {{
-          plait_pwl_tile_{t}(k, w, xj, sbk, cj, n, rows, px);
-        }} else {{ /* a partial tile (whose whole-tile reads could pass the image): its pixels, zero-padded */
-          float* xt = plait_scratch((size_t)k * {mr});
-          for (int p = 0; p < k; p++)
-            for (int i = 0; i < {mr}; i++) xt[p * {mr} + i] = i < px ? xj[(long)p * sbk + i] : 0.0f;
-          plait_pwl_tile_{t}(k, w, xt, {mr}, cj, n, rows, px);
-        }}
+        if (px == {mr}) plait_pwl_tile_{t}(k, w, xj, sbk, cj, n, rows, px);
+        else plait_pwl_tile_{t}(k, w, xt, {mr}, cj, n, rows, px);
       }}
       if (epi) epi(c, bz, pn * {nr}, j0, rows, j1 - j0, extra);
     }}

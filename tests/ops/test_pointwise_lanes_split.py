@@ -5,12 +5,20 @@ panels the two threads share evenly, and the kernel with that tile matches PyTor
 import re
 
 import numpy as np
+import pytest
 import torch
 
 import plait
 import plait.nn.functional as F
 from plait.codegen import pointwise_c
 from tests.helpers import assert_close, rand
+
+
+@pytest.fixture(autouse=True)
+def _lanes_at_any_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lanes kernel runs in plans only with 16-float vectors (pointwise_c.LANES); here it is tested at the host's
+    width whatever that is."""
+    monkeypatch.setattr(pointwise_c, "LANES", True)
 
 
 def _shares(panels: int, tiles: int, threads: int) -> list[int]:
