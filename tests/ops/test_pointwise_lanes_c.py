@@ -23,6 +23,7 @@ def _lanes_at_any_width(monkeypatch: pytest.MonkeyPatch) -> None:
     width whatever that is."""
     monkeypatch.setattr(pointwise_c, "LANES", True)
 
+
 CASES = [  # input channels, output channels, plane side
     (64, 96, 14),  # mobilenet_v2's 14x14 expand: two panels of 48, 196 pixels (28 tiles of 7)
     (160, 960, 7),  # mobilenet_v2's 7x7 expand: 20 panels, 49 pixels
