@@ -153,6 +153,29 @@ def _c_form(spec: GemmSpec, kn: dict[str, int]) -> tuple[bool, bool, bool, bool]
     return small, vec, trans, pointwise
 
 
+def _c_tile(spec: GemmSpec) -> tuple[int, int]:
+    """The heuristic register tile (rows, vectors) of an untransposed C GEMM; narrow products sharing A over the
+    batch run as one product over all batch entries' columns."""
+    merged = spec.batch > 1 and spec.n < gemm_c.MERGE_BELOW and spec.a_inner == 0
+    merged = merged and (spec.a[1] == 0 or spec.batch == spec.inner)
+    return gemm_c.pick_tile(spec.m, spec.n * spec.batch if merged else spec.n)
+
+
+def packed_tile(spec: GemmSpec) -> tuple[int, int] | None:
+    """The register tile of `spec` when render_c runs it on the GEMM library untransposed, with A shared by every
+    batch entry (so one packing of A serves them all): then A may be packed at plan build (gemm_c.APack). None for
+    every other form (GEMV, the transposed product, the few-row pointwise kernel, depthwise and direct
+    convolutions)."""
+    if not gemm_c.APACK or spec.a_nchw is not None or direct_conv(spec) or (spec.conv is not None and spec.m == 1):
+        return None
+    small, vec, trans, pointwise = _c_form(spec, {})
+    if small or vec or trans or pointwise:
+        return None
+    if spec.batch > 1 and (spec.a[1] != 0 or spec.a_inner != 0):
+        return None
+    return _c_tile(spec)
+
+
 def _leaf_paths(node: Node, leaves: set[int], path: tuple[Node, ...], out: dict[int, list[tuple[Node, ...]]]) -> None:
     """Every path from the epilogue's root down to each leaf (the product or an extra operand) it reads."""
     path = (*path, node)
@@ -237,14 +260,19 @@ def render_c(
     epi: Epilogue | None = None,
     lanes: pointwise_c.LanesPlan | None = None,
     residual: Node | None = None,
+    apack: gemm_c.APack | None = None,
 ) -> RenderedKernel:
     """A C kernel for `spec`: a call into the shared GEMM library (or the GEMV for a few rows) plus its epilogue.
     Knobs MR and NR (a multiple of 16) fix the register tile; without them the tile that pads least is used. With
     `lanes`, A is the weight packed at plan build and the product runs across the lanes (pointwise_c.lanes_call; a
-    stride-2 3x3 convolution, conv_s2_c.call). With `residual` (carried_residual's), C holds it on entry."""
+    stride-2 3x3 convolution, conv_s2_c.call). With `residual` (carried_residual's), C holds it on entry. With
+    `apack`, A is the weight packed at plan build in that register tile's order (packed_tile said the spec runs on
+    the GEMM library), which fixes the tile whatever `knobs` say."""
     if spec.a_nchw is not None:
         raise UnsupportedError(f"C GEMM {spec}: an output gradient read in place from NCHW (a_nchw) is OpenCL's form")
     kn = knobs or {}
+    if apack is not None:
+        kn = {"MR": apack.mr, "NR": apack.nv * gemm_c.VW}
     ao, sab, sam, sak = spec.a
     bo, sbb, sbk, sbn = spec.b
     m, n, k = spec.m, spec.n, spec.k
@@ -252,10 +280,7 @@ def render_c(
     if "MR" in kn and "NR" in kn:
         mr, nv = kn["MR"], max(1, kn["NR"] // gemm_c.VW)
     else:
-        # narrow products sharing A over the batch run as one product over all batch entries' columns
-        merged = spec.batch > 1 and n < gemm_c.MERGE_BELOW and not trans and spec.a_inner == 0
-        merged = merged and (sab == 0 or spec.batch == spec.inner)
-        mr, nv = gemm_c.pick_tile(n, m) if trans else gemm_c.pick_tile(m, n * spec.batch if merged else n)
+        mr, nv = gemm_c.pick_tile(n, m) if trans else _c_tile(spec)
     # 32-bit index arithmetic where it fits lets the compiler vectorise the epilogue (divisions by constants)
     narrow = spec.batch * m * n < 2**31
     index = (
@@ -300,7 +325,7 @@ def render_c(
 }}
 """
         holder = f"  void* const extra[] = {{{', '.join(f'(void*)e{i}' for i in range(len(epi.extra))) or '0'}}};\n"
-    a_args = f"A + {ao}, {sab}, {spec.a_inner}, {sam}, {sak}"
+    a_args = f"A + {ao}, {sab}, {spec.a_inner}, {sam}, {sak}" if apack is None else "A, 0, 0, 0, 0"
     b_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbk}, {sbn}"
     if lanes is not None and spec.conv is not None:
         lib = conv_s2_c.library(lanes)
@@ -332,6 +357,7 @@ def render_c(
         lib = gemm_c.library(mr, nv)
         fn = f"plait_sgemm_{mr}x{nv}"
         if trans:
+            assert apack is None, "a packed A runs only untransposed"
             swapped = GemmSpec(spec.batch, n, m, k, spec.b, spec.a, spec.inner, spec.b_inner, spec.a_inner)
             bt_args = f"B + {bo}, {sbb}, {spec.b_inner}, {sbn}, {sbk}"
             at_args = f"A + {ao}, {sab}, {spec.a_inner}, {sak}, {sam}"
@@ -339,7 +365,7 @@ def render_c(
         else:
             scale = carry.scale if carry is not None else None
             sc = next((f"e{i}" for i, x in enumerate(epi.extra) if x is scale), "0") if epi is not None else "0"
-            call = gemm_c.call(fn, spec, a_args, b_args, False, epi_fn, extra, carry is not None, sc)
+            call = gemm_c.call(fn, spec, a_args, b_args, False, epi_fn, extra, carry is not None, sc, apack is not None)
     args = ["float* restrict C", "const float* restrict A", "const float* restrict B", *params.split(", ")[1:]]
     src = entry_points("KERNEL_NAME", args, holder + call, f"{lib}/* KERNEL_NAME */\n{epilogue}")
     kind = (

@@ -8,6 +8,7 @@ contiguous (convolution and linear weights), so weights are streamed once instea
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from plait.codegen import simd
@@ -64,6 +65,51 @@ FRINGE_MAX = 4  # at most this many columns past the last whole panel run as dot
 # 18.70 -> 18.60 ms. Splitting k also for column-split products with k x npad > 4.5 m x n (resnet50's 256x196x1024)
 # lost: near +1.3%, far -2.0% against -2.4% without (docs/benchmarks.md).
 KSPLIT = True
+# A weight that is constant in a plan (a parameter, an ONNX initializer, a weight with batch norm folded in) is packed
+# once, at plan build, in the register tile's order (APack): panels of MR rows, element (i, p) of a panel at
+# p * MR + i, zero past m. The micro-kernel's broadcasts then read one sequential stream instead of MR rows k apart,
+# which the hardware prefetcher follows when the weights come from memory, as they do in every replay of a net whose
+# weights exceed L3. A standalone C test of the 6 x 16 tile (weights cold, one thread, the Zen 3 guest, interleaved,
+# medians): resnet50's 1x1 shapes 57-76 -> 65-84 GFLOP/s (+9 to +18%), its 3x3 over 4608 channels unchanged
+# (docs/benchmarks.md, fifteenth session).
+APACK = True
+
+
+@dataclass(frozen=True)
+class APack:
+    """The packing of a constant A (m x k, read through the weight view: offset, row stride, column stride) for the
+    register tile `mr` x `nv` vectors; the extra VW floats let plait_fringe_packed read whole vectors past the
+    last panel."""
+
+    m: int
+    k: int
+    mr: int
+    nv: int
+    w_view: tuple[int, int, int]
+
+    def __post_init__(self) -> None:
+        assert -(-self.mr // VW) <= 3, "plait_fringe_packed holds at most 3 vectors of a panel's rows"
+
+    @property
+    def packed_size(self) -> int:
+        return -(-self.m // self.mr) * self.mr * self.k + VW
+
+    def render_pack(self) -> tuple[str, str]:
+        """(name stem, C body) of the packing: U[(r / mr * k + c) * mr + r % mr] = W[r, c] (zero past m); it runs
+        once, when the plan is built."""
+        ao, sam, sak = self.w_view
+        mr, k, rows = self.mr, self.k, -(-self.m // self.mr) * self.mr
+        body = f"""#pragma omp for schedule(static) nowait
+  for (int r = 0; r < {rows}; r++) {{
+    for (int c = 0; c < {k}; c++)
+      U[((long)(r / {mr}) * {k} + c) * {mr} + r % {mr}] = r < {self.m} ? W[{ao} + (long)r * {sam} + (long)c * {sak}] : 0.0f;
+    if (r == 0)
+      for (int e = 0; e < {VW}; e++) U[{rows * k} + e] = 0.0f;
+  }}
+"""
+        return f"GEMMPACK_{self.m}x{k}x{mr}", body
+
+
 # The team size that cpu kernel choices are balanced for wherever a static split makes the busier thread the critical
 # path: Winograd's register tiles (winograd_c.TEAM_SPLIT), the pointwise lanes tiles (pointwise_c.LANES_SPLIT), the
 # stem's pooled bands (stem_pool_c.THREADS). Issue 8's cpu target runs 2 threads; kernels compute right at any count,
@@ -406,12 +452,54 @@ static void plait_fringe_cols(const float* b, long sbk, long sbn, const plait_wi
   }
 }
 
-/* Rows [0, mr) of A (a, lda apart) times the R fringe columns of B for one k block; at the first block the partial
-   sums start from zero, at the last they are summed into C (c, element (i, q) at i * rs + q * cs; last 2: added to
-   C), row i scaled by sc[i] when sc is set. */
-static void plait_fringe(int R, int kc, const float* a, long lda, const float* fb, long ldf, plait_vf* part,
+/* The fringe of a row block of A packed at plan build (plait_apack: element (i, p) at a[p * pm + i]): each k's pm
+   rows are NV vectors (lanes past pm hold the next k's rows and are never stored) times each of the R columns'
+   element, broadcast; part[v * 4 + q] accumulates rows v * PLAIT_VW.. of column q. */
+static inline __attribute__((always_inline)) void plait_fringe_packed(int R, int NV, int kc, const float* a, int pm,
+                                                                    const float* fb, long ldf, plait_vf* part) {
+  plait_vf acc[3][4];
+#pragma GCC unroll 3
+  for (int v = 0; v < NV; v++)
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++) acc[v][q] = part[v * 4 + q];
+  for (int p = 0; p < kc; p++) {
+    const float* ap = a + (long)p * pm;
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++) {
+      float b = fb[q * ldf + p];
+#pragma GCC unroll 3
+      for (int v = 0; v < NV; v++) acc[v][q] += *(const plait_vf*)(ap + v * PLAIT_VW) * b;
+    }
+  }
+#pragma GCC unroll 3
+  for (int v = 0; v < NV; v++)
+#pragma GCC unroll 4
+    for (int q = 0; q < R; q++) part[v * 4 + q] = acc[v][q];
+}
+
+/* Rows [0, mr) of A (a, lda apart; lda 0: packed in panels of pm rows) times the R fringe columns of B for one k
+   block; at the first block the partial sums start from zero, at the last they are summed into C (c, element (i, q)
+   at i * rs + q * cs; last 2: added to C), row i scaled by sc[i] when sc is set. */
+static void plait_fringe(int R, int kc, const float* a, long lda, int pm, const float* fb, long ldf, plait_vf* part,
                          int first, int last, float* c, long rs, long cs, int mr, const float* sc) {
   if (first) memset(part, 0, sizeof(plait_vf) * 4 * (size_t)((mr + 3) / 4 * 4));
+  if (!lda) {
+    int nv = (pm + PLAIT_VW - 1) / PLAIT_VW;
+#define PLAIT_FP(r, v) case (r) * 4 + (v): plait_fringe_packed(r, v, kc, a, pm, fb, ldf, part); break;
+    switch (R * 4 + (nv < 3 ? nv : 3)) {
+      PLAIT_FP(1, 1) PLAIT_FP(1, 2) PLAIT_FP(1, 3) PLAIT_FP(2, 1) PLAIT_FP(2, 2) PLAIT_FP(2, 3)
+      PLAIT_FP(3, 1) PLAIT_FP(3, 2) PLAIT_FP(3, 3) PLAIT_FP(4, 1) PLAIT_FP(4, 2) PLAIT_FP(4, 3)
+    }
+#undef PLAIT_FP
+    if (!last) return;
+    for (int i = 0; i < mr; i++)
+      for (int q = 0; q < R; q++) {
+        float sum = part[i / PLAIT_VW * 4 + q][i % PLAIT_VW];
+        if (sc) sum *= sc[i];
+        c[i * rs + q * cs] = last > 1 ? c[i * rs + q * cs] + sum : sum;
+      }
+    return;
+  }
   for (int i0 = 0; i0 < mr; i0 += 4) {
     const float* ar[4];
     for (int i = 0; i < 4; i++) ar[i] = a + (long)(i0 + i < mr ? i0 + i : mr - 1) * lda;
@@ -447,7 +535,7 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
     pnr = (pnv or nv) * VW
     return f"""static inline __attribute__((always_inline)) void plait_microx_{t}(int kc, const float* restrict a, long lda,
     const float* restrict bp, float* restrict c, long rs, long cs, int mr, int nr, int add, const float* sc,
-    int fuse, const float* restrict src, long ldb, float* restrict pk) {{
+    int fuse, const float* restrict src, long ldb, float* restrict pk, int apk) {{
   plait_vf acc[{mr}][{nv}];
 #pragma GCC unroll {mr}
   for (int i = 0; i < {mr}; i++)
@@ -466,7 +554,7 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
     }}
 #pragma GCC unroll {mr}
     for (int i = 0; i < {mr}; i++) {{
-      float ai = a[i * lda + p];
+      float ai = apk ? a[p * {mr} + i] : a[i * lda + p]; /* (apk, a compile-time constant: A packed, plait_apack) */
 #pragma GCC unroll {nv}
       for (int v = 0; v < {nv}; v++) acc[i][v] += b[v] * ai;
     }}
@@ -509,14 +597,17 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
   }}
 }}
 
+/* (lda 0: A packed at plan build, plait_apack's panels of {mr} rows: element (i, p) at a[p * {mr} + i]) */
 static void plait_micro_{t}(int kc, const float* restrict a, long lda, const float* restrict bp, float* restrict c,
                             long rs, long cs, int mr, int nr, int add) {{
-  plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, 0, 0, 0, 0, 0);
+  if (lda) plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, 0, 0, 0, 0, 0, 0);
+  else plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, 0, 0, 0, 0, 0, 1);
 }}
 
 static void plait_micro_sc_{t}(int kc, const float* restrict a, long lda, const float* restrict bp, float* restrict c,
                                long rs, long cs, int mr, int nr, int add, const float* sc) {{
-  plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, sc, 0, 0, 0, 0);
+  if (lda) plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, sc, 0, 0, 0, 0, 0);
+  else plait_microx_{t}(kc, a, lda, bp, c, rs, cs, mr, nr, add, sc, 0, 0, 0, 0, 1);
 }}
 """ + (
         f"""
@@ -525,8 +616,10 @@ static void plait_micro_sc_{t}(int kc, const float* restrict a, long lda, const 
 static void plait_micro_pk_{t}(int kc, const float* restrict a, long lda, const float* restrict src, long ldb,
                                float* restrict pk, float* restrict c, long rs, long cs, int mr, int nr, int add,
                                const float* sc) {{
-  if (sc) plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, sc, 1, src, ldb, pk);
-  else plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, 0, 1, src, ldb, pk);
+  if (lda && sc) plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, sc, 1, src, ldb, pk, 0);
+  else if (lda) plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, 0, 1, src, ldb, pk, 0);
+  else if (sc) plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, sc, 1, src, ldb, pk, 1);
+  else plait_microx_{t}(kc, a, lda, 0, c, rs, cs, mr, nr, add, 0, 1, src, ldb, pk, 1);
 }}
 """
         if not pnv
@@ -581,7 +674,7 @@ static void plait_tile_{t}(int kc, const float* at, long lda, const float* bp, f
 static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam, long sak, const float* B, long sbk,
                                    long sbn, const plait_win* win, float* C, long rs, long cs, int acc,
                                    plait_epi_fn epi, void* const* extra, int trans, long npad, int fr, long jf,
-                                   long cols, float* part) {{
+                                   long cols, float* part, int apk) {{
   int nth = omp_get_num_threads(), me = omp_get_thread_num(), blocks = (m + {mr - 1}) / {mr};
   int k0 = (int)((long)k * me / nth), kc = (int)((long)k * (me + 1) / nth) - k0;
   int o0 = (int)((long)blocks * me / nth) * {mr}, o1 = (int)((long)blocks * (me + 1) / nth) * {mr};
@@ -598,9 +691,9 @@ static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam
   for (int ii = 0; ii < m; ii += {mr}) {{
     int mr = m - ii < {mr} ? m - ii : {mr}, own = ii >= o0 && ii < o1, add = own && acc;
     float* c = own ? C : mine;
-    const float* at = A + (long)ii * sam + k0;
-    long lda = sam;
-    if (sak != 1 || mr < {mr}) {{ /* rows not contiguous along k, or a partial last block: packed, zero-padded */
+    const float* at = apk ? A + (long)ii * k + (long)k0 * {mr} : A + (long)ii * sam + k0;
+    long lda = apk ? 0 : sam;
+    if (!apk && (sak != 1 || mr < {mr})) {{ /* rows not contiguous along k, or a partial last block: packed, zero-padded */
       for (int i = 0; i < {mr}; i++)
         for (int p = 0; p < kc; p++) ap[(long)i * kc + p] = i < mr ? A[(long)(ii + i) * sam + (long)(k0 + p) * sak] : 0.0f;
       at = ap;
@@ -612,7 +705,7 @@ static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam
       if (0) {{}}
 {_tail_calls(mr, nv, add="add", scaled=False)}      else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, add);
     }}
-    if (fr) plait_fringe(fr, kc, at, lda, fb, ldf, fpart, 1, 1 << add, c + ii * rs + jf * cs, rs, cs, mr, 0);
+    if (fr) plait_fringe(fr, kc, at, lda, {mr}, fb, ldf, fpart, 1, 1 << add, c + ii * rs + jf * cs, rs, cs, mr, 0);
   }}
   plait_team_barrier(); /* every slab is complete before any is summed */
   for (int i0 = o0; i0 < o1; i0 += {mr}) {{
@@ -639,7 +732,8 @@ static void plait_sgemm_ksplit_{t}(int m, int n, int k, const float* A, long sam
    sc[i] when sc is set (a batch norm's scale). */
 static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const float* A, long sab, long sai, long sam,
                             long sak, const float* B, long sbb, long sbi, long sbk, long sbn, const plait_win* win,
-                            float* C, int trans, int acc, const float* sc, plait_epi_fn epi, void* const* extra) {{
+                            float* C, int trans, int acc, const float* sc, plait_epi_fn epi, void* const* extra,
+                            int apk) {{
   long rs = trans ? 1 : n, cs = trans ? m : 1;
   long images = batch > 1 && n < {MERGE_BELOW} && !trans && sai == 0 && (sab == 0 || batch == inner) ? batch : 0;
   long cols = images ? batch * n : n, nb = images ? 1 : batch;
@@ -673,7 +767,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
 #pragma omp single copyprivate(part)
       part = plait_shared_scratch((size_t)nth * m * n);
     }}
-    plait_sgemm_ksplit_{t}(m, n, k, A, sam, sak, B, sbk, sbn, win, C, rs, cs, acc, epi, extra, trans, npad, fr, jf, cols, part);
+    plait_sgemm_ksplit_{t}(m, n, k, A, sam, sak, B, sbk, sbn, win, C, rs, cs, acc, epi, extra, trans, npad, fr, jf, cols, part, apk);
     return;
   }}
   /* split rows share one packing of B (per image: every k block, all panels) instead of each packing it again */
@@ -730,7 +824,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
         }} else plait_pack(b, sbb, sbi, inner, images, sbk, sbn, win, pc, kc, kc, j0, jend, n, {nr}, bp);
         /* rows are read in place when contiguous along k; else (and a partial last block) packed, zero-padded */
         int direct = sak == 1, packed_to = i1;
-        if (!direct || (i1 - i0) % {mr}) {{
+        if (!apk && (!direct || (i1 - i0) % {mr})) {{
           int from = direct ? i0 + (i1 - i0) / {mr} * {mr} : i0;
           int rows = (i1 - from + {mr - 1}) / {mr} * {mr};
           for (int i = 0; i < rows; i++)
@@ -743,11 +837,11 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
            one long pass while still in cache */
         for (int ii = i0; ii < i1; ii += {mr}) {{
           int mr = i1 - ii < {mr} ? i1 - ii : {mr};
-          const float* at = ii < packed_to ? a + (long)ii * sam + pc : ap + (long)(ii - packed_to) * kc;
-          long lda = ii < packed_to ? sam : kc;
+          const float* at = apk ? a + (long)ii * k + (long)pc * {mr} : ii < packed_to ? a + (long)ii * sam + pc : ap + (long)(ii - packed_to) * kc;
+          long lda = apk ? 0 : ii < packed_to ? sam : kc;
           /* the next row block of A (not a long-k block of a narrow product: its rows are long runs, which the
              hardware prefetcher follows) */
-          if ({A_AHEAD} && kc <= {KC_MAX} && ii + {mr} < packed_to)
+          if ({A_AHEAD} && !apk && kc <= {KC_MAX} && ii + {mr} < packed_to)
             for (int i = 0; i < {mr}; i++)
               for (int p = 0; p < kc; p += 16) __builtin_prefetch(at + ({mr} + i) * sam + p, 0, {A_AHEAD});
           for (long jj = j0; jj < jend; jj += {nr}) {{
@@ -760,7 +854,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
             else plait_micro_{t}(kc, at, lda, panel, c + ii * rs + jj * cs, rs, cs, mr, nr, acc || pc > 0);
           }}
           if (fringe)
-            plait_fringe(fr, kc, at, lda, fb, ldf, part + (ii - i0) / {mr} * {(mr + 3) // 4 * 4 * 4}, pc == 0, last << acc, c + ii * rs + jf * cs, rs, cs, mr, sc ? sc + ii : 0);
+            plait_fringe(fr, kc, at, lda, {mr}, fb, ldf, part + (ii - i0) / {mr} * {(mr + 3) // 4 * 4 * 4}, pc == 0, last << acc, c + ii * rs + jf * cs, rs, cs, mr, sc ? sc + ii : 0);
           if (epi && last && !images) {{
             int jn = (int)((j1 < cols ? j1 : cols) - j0);
             if (trans) epi(c, bz, (int)j0, ii, jn, mr, extra); else epi(c, bz, ii, (int)j0, mr, jn, extra);
@@ -1854,13 +1948,15 @@ def call(
     extra: str,
     acc: bool = False,
     sc: str = "0",
+    apk: bool = False,
 ) -> str:
     """The statements of a kernel body that run one GEMM (the window of an implicit-GEMM B operand included); with
-    `acc` the product is added to what C holds on entry, its rows scaled by the array `sc` names (when not 0)."""
+    `acc` the product is added to what C holds on entry, its rows scaled by the array `sc` names (when not 0); with
+    `apk`, A is the weight packed at plan build (APack)."""
     win = spec.conv
     if win is None:
-        return f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, 0, C, {int(trans)}, {int(acc)}, {sc}, {epi_fn}, {extra});\n"
+        return f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, 0, C, {int(trans)}, {int(acc)}, {sc}, {epi_fn}, {extra}, {int(apk)});\n"
     return (
         f"{win_decl(win)}"
-        f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, 0, {int(acc)}, {sc}, {epi_fn}, {extra});\n"
+        f"  {fn}({spec.batch}, {spec.inner}, {spec.m}, {spec.n}, {spec.k}, {a_args}, {b_args}, &win, C, 0, {int(acc)}, {sc}, {epi_fn}, {extra}, {int(apk)});\n"
     )

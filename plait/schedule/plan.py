@@ -41,7 +41,9 @@ def render(device: Device, item: Item, knobs: dict[str, int] | None = None) -> R
 
         knobs = knobs if knobs is not None else knobs_for(device, "gemm", item.gemm)
         if r.dialect == "c":
-            return gemm.render_c(item.gemm, knobs, r, item.epilogue(), residual=item.extra.get("carried"))
+            return gemm.render_c(
+                item.gemm, knobs, r, item.epilogue(), residual=item.extra.get("carried"), apack=item.extra.get("apack")
+            )
         return gemm.render_opencl(item.gemm, knobs, r, item.epilogue())
     if item.kind == "pointwise":  # a 1x1 convolution across the vector lanes, its weights packed at plan build
         assert item.gemm is not None

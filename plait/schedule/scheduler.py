@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from plait import dtypes
-from plait.codegen import conv_s2_c, pointwise_c, stem_pool_c, winograd_c, winograd_cl
+from plait.codegen import conv_s2_c, gemm_c, pointwise_c, stem_pool_c, winograd_c, winograd_cl
 from plait.codegen.cstyle import MAX_STACK_MEMBERS
 from plait.codegen.expr import strides_of
-from plait.codegen.gemm import Epilogue, GemmSpec
+from plait.codegen.gemm import Epilogue, GemmSpec, packed_tile
 from plait.graph.node import Node, toposort
 from plait.graph.ops import OPS, kind
 from plait.graph.ops.conv import Window
@@ -724,7 +724,31 @@ def schedule(
 
         items = irblock.fuse(_pointwise_lanes(_conv_s2(items)), {n.uid for n in outputs})
         items = _stem_pool(items, {n.uid for n in outputs})
+    if winograd and constants_once:
+        return _packed_gemm(_winograd(items, constants_once))
     return _winograd(items, constants_once) if winograd else items
+
+
+def _packed_gemm(items: list[Item]) -> list[Item]:
+    """Give each C GEMM whose weight (A) is constant in the plan (a parameter, an ONNX initializer, or one that
+    constant items make) that weight packed in its register tile's order (gemm_c.APack) by an item marked
+    `constant`, which runs once when the plan is built; the product reads the packed panels. Products that do not
+    run on the GEMM library untransposed with A shared by the batch (gemm.packed_tile) read A where it lies."""
+    made_once = _made_once(items)
+    out: list[Item] = []
+    for it in items:
+        weight = it.inputs[0] if it.inputs else None
+        tile = packed_tile(it.gemm) if it.kind == "gemm" and it.gemm is not None else None
+        if tile is None or weight is None or (weight.buffer is None and weight.uid not in made_once):
+            out.append(it)
+            continue
+        assert it.gemm is not None
+        ao, _, sam, sak = it.gemm.a
+        plan = gemm_c.APack(it.gemm.m, it.gemm.k, tile[0], tile[1], (ao, sam, sak))
+        packed = pointwise_weight(weight, plan)
+        out.append(Item(packed, [weight], "custom", extra={"constant": True}))
+        out.append(Item(it.out, [packed, *it.inputs[1:]], "gemm", gemm=it.gemm, extra={**it.extra, "apack": plan}))
+    return out
 
 
 def _made_once(items: list[Item]) -> set[int]:
