@@ -4,7 +4,7 @@
 #   tools/cpu-issue8.sh infer    # batch 1 and 16 inference, five CNNs: plait twins vs ONNX Runtime and PyTorch
 #   tools/cpu-issue8.sh onnx     # the same models exported to ONNX and run through plait.onnx vs ONNX Runtime
 #   tools/cpu-issue8.sh train    # batch 16 training step, plait's compiled step vs PyTorch eager
-# MODELS (comma-separated) narrows each stage. Run it on a quiet machine: the load average is printed per stage.
+# MODELS (comma-separated) narrows each stage; ITERS and MAX_SECONDS (onnx stage) raise its rounds (default 5, 10 s). Run it on a quiet machine: the load average is printed per stage.
 # Results go under ./cpu-results (or $OUT).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ for stage in "$@"; do
     onnx)
       models=()
       [ -n "${MODELS:-}" ] && models=(--models ${MODELS//,/ })
-      PLAIT_NUM_THREADS=2 $py benchmarks/bench_onnx.py --twins --iters 5 --max-seconds 10 "${models[@]}"
+      PLAIT_NUM_THREADS=2 $py benchmarks/bench_onnx.py --twins --iters "${ITERS:-5}" --max-seconds "${MAX_SECONDS:-10}" "${models[@]}"
       ;;
     train)
       $py -m plait bench --models "${MODELS:-cifar_cnn,gru,resnet18,mobilenet_v2}" --modes train --batch 16 \
