@@ -50,6 +50,11 @@ def find_compiler() -> str:
     raise DeviceError("cpu: no C compiler found (tried cc, gcc, clang); install gcc or set PLAIT_CC")
 
 
+# Inputs of at least this many bytes (a batch of images) are copied into a plan by the team's threads
+# (plait_copy_team), not by numpy on one thread.
+COPY_TEAM_BYTES = 1 << 20
+
+
 class CPUAllocator(Allocator):
     def __init__(self, device: Device):
         self.device = device
@@ -71,7 +76,14 @@ class CPUAllocator(Allocator):
         self.pool.setdefault(nbytes, []).append(handle)
 
     def copy_in(self, buf: Buffer, src: np.ndarray) -> None:
-        buf.handle[: buf.nbytes] = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
+        data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
+        if buf.nbytes >= COPY_TEAM_BYTES and data.nbytes == buf.nbytes and isinstance(self.device, CPUDevice):
+            lib = self.device._team_lib()
+            lib.plait_copy_team(
+                settings.get("PLAIT_NUM_THREADS") or 0, buf.handle.ctypes.data, data.ctypes.data, data.nbytes
+            )
+            return
+        buf.handle[: buf.nbytes] = data
 
     def copy_out(self, buf: Buffer, dst: np.ndarray) -> None:
         dst.reshape(-1).view(np.uint8)[:] = buf.handle[: buf.nbytes]
@@ -147,6 +159,8 @@ class CPUDevice(Device):
             self._team = self._load(self._key(TEAM_RUNNER), TEAM_RUNNER)
             self._team.plait_run_team.restype = None
             self._team.plait_team_release.restype = None
+            self._team.plait_copy_team.restype = None
+            self._team.plait_copy_team.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
         return self._team
 
     def _key(self, source: str) -> str:
