@@ -95,19 +95,26 @@ class APack:
         return -(-self.m // self.mr) * self.mr * self.k + VW
 
     def render_pack(self) -> tuple[str, str]:
-        """(name stem, C body) of the packing: U[(r / mr * k + c) * mr + r % mr] = W[r, c] (zero past m); it runs
-        once, when the plan is built."""
-        ao, sam, sak = self.w_view
-        mr, k, rows = self.mr, self.k, -(-self.m // self.mr) * self.mr
-        body = f"""#pragma omp for schedule(static) nowait
-  for (int r = 0; r < {rows}; r++) {{
-    for (int c = 0; c < {k}; c++)
-      U[((long)(r / {mr}) * {k} + c) * {mr} + r % {mr}] = r < {self.m} ? W[{ao} + (long)r * {sam} + (long)c * {sak}] : 0.0f;
-    if (r == 0)
-      for (int e = 0; e < {VW}; e++) U[{rows * k} + e] = 0.0f;
-  }}
-"""
-        return f"GEMMPACK_{self.m}x{k}x{mr}", body
+        """(name stem, C body) of the packing (pack_panels, panels of mr rows, VW zeros after them)."""
+        return f"GEMMPACK_{self.m}x{self.k}x{self.mr}", pack_panels(self.m, self.k, self.mr, self.w_view, VW)
+
+
+def pack_panels(m: int, k: int, panel: int, w_view: tuple[int, int, int], pad: int = 0) -> str:
+    """The C body of a weight packing that runs once, when the plan is built: W (m x k, read through w_view: offset,
+    row stride, column stride) as panels of `panel` rows, U[(r / panel * k + c) * panel + r % panel] = W[r, c], zero
+    past m, then `pad` zeros (APack's, and the lanes kernels' packing: pointwise_c.LanesPlan)."""
+    ao, sam, sak = w_view
+    rows = -(-m // panel) * panel
+    store = (
+        f"    for (int c = 0; c < {k}; c++)\n"
+        f"      U[((long)(r / {panel}) * {k} + c) * {panel} + r % {panel}] = r < {m} ?"
+        f" W[{ao} + (long)r * {sam} + (long)c * {sak}] : 0.0f;\n"
+    )
+    loop = f"#pragma omp for schedule(static) nowait\n  for (int r = 0; r < {rows}; r++)"
+    if not pad:
+        return f"{loop}\n{store}"
+    zeros = f"    if (r == 0)\n      for (int e = 0; e < {pad}; e++) U[{rows * k} + e] = 0.0f;\n"
+    return f"{loop} {{\n{store}{zeros}  }}\n"
 
 
 # The team size that cpu kernel choices are balanced for wherever a static split makes the busier thread the critical

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from plait.codegen.gemm_c import PRICED_THREADS, VW, static_busiest
+from plait.codegen.gemm_c import PRICED_THREADS, VW, pack_panels, static_busiest
 
 MAX_ROWS = 32  # products with at most this many rows take this kernel (measured: docs/benchmarks.md)
 MIN_COLS = 512  # ... and at least this many columns per product (narrower ones merge images in the GEMM)
@@ -273,6 +273,12 @@ class LanesPlan:
         nr = self.nv * VW
         return -(-self.m // nr) * nr * self.k
 
+    def render_pack(self) -> tuple[str, str]:
+        """(name stem, C body) of the weight packing (gemm_c.pack_panels, panels of VW*nv channels); it runs once,
+        when the plan is built."""
+        nr = self.nv * VW
+        return f"PWPACK_{self.m}x{self.k}x{nr}", pack_panels(self.m, self.k, nr, self.w_view)
+
 
 def lanes_fits(spec: Any) -> bool:
     """Whether `spec` runs across the lanes (with 16-float vectors, LANES): one plain product (a 1x1 convolution over one image) whose B rows are
@@ -310,19 +316,6 @@ def lanes_plan(spec: Any) -> LanesPlan:
     mr, nv = min(LANES_TILES, key=cost)
     ao, _, sam, sak = spec.a
     return LanesPlan(spec.m, spec.k, mr, nv, (ao, sam, sak))
-
-
-def render_pack(p: LanesPlan) -> tuple[str, str]:
-    """(name stem, C body) of the weight packing: U[(panel * k + c) * VW*nv + l] = W[panel * VW*nv + l, c] (zero past
-    m), from the weight view; it runs once, when the plan is built."""
-    nr = p.nv * VW
-    ao, sam, sak = p.w_view
-    body = f"""#pragma omp for schedule(static) nowait
-  for (int r = 0; r < {-(-p.m // nr) * nr}; r++)
-    for (int c = 0; c < {p.k}; c++)
-      U[((long)(r / {nr}) * {p.k} + c) * {nr} + r % {nr}] = r < {p.m} ? W[{ao} + (long)r * {sam} + (long)c * {sak}] : 0.0f;
-"""
-    return f"PWPACK_{p.m}x{p.k}x{nr}", body
 
 
 def _lanes_tile(mr: int, nv: int) -> str:

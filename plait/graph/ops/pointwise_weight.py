@@ -25,7 +25,7 @@ def pointwise_weight(weight: Node, plan: pointwise_c.LanesPlan | gemm_c.APack) -
 def _kernel(r: Any, out: Node, inputs: list[Node]) -> RenderedKernel:
     if r.dialect != "c":
         raise UnsupportedError(f"pointwise_weight {out.shape}: only the cpu device packs weights at plan build")
-    stem, body = out.arg.render_pack() if isinstance(out.arg, gemm_c.APack) else pointwise_c.render_pack(out.arg)
+    stem, body = out.arg.render_pack()
     src = entry_points("KERNEL_NAME", ["float* restrict U", "const float* restrict W"], body)
     name = f"{stem}_{hashlib.sha256(src.encode()).hexdigest()[:10]}"
     return RenderedKernel(name, src.replace("KERNEL_NAME", name), (1,), None)
