@@ -111,7 +111,10 @@ def tune_plan(
             continue
         item = items[0]
         base = render(device, item)
-        if base.name.split("_", 1)[0] in _FIXED or (device.renderer.dialect == "c" and direct_conv(spec)):
+        # a weight packed at plan build (gemm_c.APack) fixes the tile it was packed for: every candidate would
+        # render the same kernel
+        packed = "apack" in item.extra
+        if base.name.split("_", 1)[0] in _FIXED or (device.renderer.dialect == "c" and direct_conv(spec)) or packed:
             report.fixed += 1
             continue
         if time.perf_counter() - start > budget_s:
