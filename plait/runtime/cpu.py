@@ -56,7 +56,7 @@ COPY_TEAM_BYTES = 1 << 20
 
 
 class CPUAllocator(Allocator):
-    def __init__(self, device: Device):
+    def __init__(self, device: CPUDevice):
         self.device = device
         self.pool: dict[int, list[np.ndarray]] = {}
 
@@ -77,7 +77,7 @@ class CPUAllocator(Allocator):
 
     def copy_in(self, buf: Buffer, src: np.ndarray) -> None:
         data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
-        if buf.nbytes >= COPY_TEAM_BYTES and data.nbytes == buf.nbytes and isinstance(self.device, CPUDevice):
+        if buf.nbytes >= COPY_TEAM_BYTES and data.nbytes == buf.nbytes:
             lib = self.device._team_lib()
             lib.plait_copy_team(
                 settings.get("PLAIT_NUM_THREADS") or 0, buf.handle.ctypes.data, data.ctypes.data, data.nbytes
