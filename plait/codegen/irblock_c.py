@@ -48,6 +48,7 @@ L2_CHUNK = 1 << 20  # bytes of one chunk's scratch (bordered expanded plane + de
 # partial projection of the whole plane, and no thread waits for another. 7x7 planes are split by channels: strips
 # of rows would expand 29-43% more, and measured 4% slower (docs/benchmarks.md).
 ROWS_PIXELS = 49
+OUT_AVX2 = True  # the projection's write-back transposes whole tiles in registers with AVX2 (8-float vectors)
 # gcc 12 does not know Zen 5 (-march=native tunes for znver3 there), so it may run the kernel's `omp simd` epilogue
 # loops on 256-bit vectors; the kernel asks for 512-bit ones (with the loops a vector at a time: 1.7% less thread CPU
 # time over mobilenet_v2's blocks at one thread); narrower vectors ask for nothing
@@ -165,7 +166,8 @@ def _write_back() -> str:
     """plait_irb_out: a projection tile's sums (MR pixels x nv vectors, pixel-major as plait_irb_tile stores them)
     stored, or added, by channel into rows of C (channel ch's px pixels at dst + ch * ld). Scalar, each channel's
     pixels are MR reads a tile row apart (7% of the blocks' time at one thread); with AVX-512 the tile is transposed
-    16 channels at a time in registers and each channel's pixels go out as one masked vector."""
+    16 channels at a time in registers and each channel's pixels go out as one masked vector, with AVX2 a whole
+    tile's 8 channels at a time and each channel's pixels as 4 + 2 (+ 1) floats (partial tiles stay scalar)."""
     return f"""static inline void plait_irb_out(int nv, int rows, int px, int add, const float* tile, float* dst, long ld) {{
 #if defined(__AVX512F__) && PLAIT_VW == 16
   const __mmask16 m = (__mmask16)((1u << px) - 1);
@@ -186,6 +188,44 @@ def _write_back() -> str:
     }}
   }}
 #else
+#if defined(__AVX2__) && PLAIT_VW == 8
+  if ({int(OUT_AVX2)} && px >= 6) {{ /* a whole tile (6 or 7 pixels): 8 channels at a time transposed in registers, each channel's
+                    pixels out as 4 + 2 (+ 1) floats */
+    for (int v = 0; v < nv; v++) {{
+      __m256 r[8], t[8], s[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; i++) r[i] = i < px ? _mm256_loadu_ps(tile + (i * nv + v) * 8) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+      for (int i = 0; i < 8; i += 2) {{
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }}
+#pragma GCC unroll 2
+      for (int i = 0; i < 8; i += 4) {{ /* s[i + q]: channels q and q + 4 of pixels i..i+3 */
+        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+      }}
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j++) {{
+        int ch = v * 8 + j;
+        if (ch >= rows) break;
+        __m256 c = _mm256_permute2f128_ps(s[j & 3], s[4 + (j & 3)], j < 4 ? 0x20 : 0x31);
+        float* p = dst + (long)ch * ld;
+        __m128 lo = _mm256_castps256_ps128(c), hi = _mm256_extractf128_ps(c, 1);
+        if (add) {{
+          lo = _mm_add_ps(lo, _mm_loadu_ps(p));
+          hi = _mm_add_ps(hi, px == 7 ? _mm_setr_ps(p[4], p[5], p[6], 0.0f) : _mm_loadl_pi(_mm_setzero_ps(), (const __m64*)(p + 4)));
+        }}
+        _mm_storeu_ps(p, lo);
+        _mm_storel_pi((__m64*)(p + 4), hi);
+        if (px == 7) _mm_store_ss(p + 6, _mm_movehl_ps(hi, hi));
+      }}
+    }}
+    return;
+  }}
+#endif
   for (int ch = 0; ch < rows; ch++) {{
     float* d = dst + (long)ch * ld;
     if (add)
@@ -232,7 +272,8 @@ def library() -> str:
 """
     head = (
         "#if defined(__AVX512F__) && PLAIT_VW == 16\n#include <immintrin.h>\n"
-        "typedef int plait_irb_i16 __attribute__((vector_size(64)));\n#endif\n"
+        "typedef int plait_irb_i16 __attribute__((vector_size(64)));\n"
+        "#elif defined(__AVX2__) && PLAIT_VW == 8\n#include <immintrin.h>\n#endif\n"
     )
     body = f"//@shared-begin plait_irblock\n{head}{tiles}{dispatch}{_write_back()}{prefetch}{parts}//@shared-end\n"
     return gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(body)
