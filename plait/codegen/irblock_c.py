@@ -11,7 +11,9 @@ the projection's sums of the strip's rows. A strip expands its border rows twice
 14x14 planes at two threads); on a 7x7 plane that would be 29-43%, so there the threads split the channels instead,
 each projecting into its own partial sums, which they add by output channel after one barrier. The weights are
 packed once, at plan build (plait/graph/ops/pointwise_weight.py): the expand's and the projection's as k-major rows
-of all output channels, the depthwise weights as tap-major rows.
+of all output channels, the depthwise weights as tap-major rows. A block without an expand product (mobilenet_v2's
+first: the depthwise window straight on the stem's output) runs the same way, its input channels copied into the
+bordered strip (transposed 8 x 8 in registers with AVX2) in place of the expand.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ L2_CHUNK = 1 << 20  # bytes of one chunk's scratch (bordered expanded plane + de
 # partial projection of the whole plane, and no thread waits for another. 7x7 planes are split by channels: strips
 # of rows would expand 29-43% more, and measured 4% slower (docs/benchmarks.md).
 ROWS_PIXELS = 49
+# blocks without an expand product (a depthwise window and the projection alone reading it: mobilenet_v2's first
+# block) fuse too, the input copied into the scratch (docs/benchmarks.md)
+WITHOUT_EXPAND = True
 OUT_AVX2 = True  # the projection's write-back transposes whole tiles in registers with AVX2 (8-float vectors)
 # gcc 12 does not know Zen 5 (-march=native tunes for znver3 there), so it may run the kernel's `omp simd` epilogue
 # loops on 256-bit vectors; the kernel asks for 512-bit ones (with the loops a vector at a time: 1.7% less thread CPU
@@ -71,6 +76,7 @@ class IRBlockPlan:
     w: int
     stride: int
     images: int = 1
+    expand: bool = True  # False: no expand product (mobilenet_v2's first block), c1 == cin, the input copied as is
 
     @property
     def ho(self) -> int:
@@ -162,13 +168,55 @@ def _transpose_stages() -> str:
     return "".join(out)
 
 
+def _avx2_helpers() -> str:
+    """plait_irb_t8 (with AVX2 and 8-float vectors: an 8 x 8 block of floats in eight registers transposed in place)
+    and plait_irb_rows8 (8 rows of n floats, ld apart, written as n rows of 8 floats, ldd apart: the input channels of
+    a block without an expand product into its channels-across-lanes scratch)."""
+    return """#if defined(__AVX2__) && PLAIT_VW == 8
+static inline void plait_irb_t8(__m256 r[8]) {
+  __m256 t[8], s[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 8; i += 4) { /* s[i + q]: elements q and q + 4 of rows i..i+3 */
+    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; j++) r[j] = _mm256_permute2f128_ps(s[j & 3], s[4 + (j & 3)], j < 4 ? 0x20 : 0x31);
+}
+#endif
+static inline void plait_irb_rows8(const float* src, long ld, int n, float* dst, long ldd) {
+  int x = 0;
+#if defined(__AVX2__) && PLAIT_VW == 8
+  for (; x + 8 <= n; x += 8) {
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * ld + x);
+    plait_irb_t8(r);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) _mm256_storeu_ps(dst + (long)(x + j) * ldd, r[j]);
+  }
+#endif
+  for (; x < n; x++)
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) dst[(long)x * ldd + i] = src[i * ld + x];
+}
+"""
+
+
 def _write_back() -> str:
     """plait_irb_out: a projection tile's sums (MR pixels x nv vectors, pixel-major as plait_irb_tile stores them)
     stored, or added, by channel into rows of C (channel ch's px pixels at dst + ch * ld). Scalar, each channel's
     pixels are MR reads a tile row apart (7% of the blocks' time at one thread); with AVX-512 the tile is transposed
     16 channels at a time in registers and each channel's pixels go out as one masked vector, with AVX2 a whole
     tile's 8 channels at a time and each channel's pixels as 4 + 2 (+ 1) floats (partial tiles stay scalar)."""
-    return f"""static inline void plait_irb_out(int nv, int rows, int px, int add, const float* tile, float* dst, long ld) {{
+    return f"""{_avx2_helpers()}static inline void plait_irb_out(int nv, int rows, int px, int add, const float* tile, float* dst, long ld) {{
 #if defined(__AVX512F__) && PLAIT_VW == 16
   const __mmask16 m = (__mmask16)((1u << px) - 1);
   for (int v = 0; v < nv; v++) {{
@@ -189,31 +237,19 @@ def _write_back() -> str:
   }}
 #else
 #if defined(__AVX2__) && PLAIT_VW == 8
-  if ({int(OUT_AVX2)} && px >= 6) {{ /* a whole tile (6 or 7 pixels): 8 channels at a time transposed in registers, each channel's
-                    pixels out as 4 + 2 (+ 1) floats */
+  if ({int(OUT_AVX2)} && px >= 6) {{ /* a whole tile (6 or 7 pixels): 8 channels at a time transposed in
+                                        registers, each channel's pixels out as 4 + 2 (+ 1) floats */
     for (int v = 0; v < nv; v++) {{
-      __m256 r[8], t[8], s[8];
+      __m256 r[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; i++) r[i] = i < px ? _mm256_loadu_ps(tile + (i * nv + v) * 8) : _mm256_setzero_ps();
-#pragma GCC unroll 4
-      for (int i = 0; i < 8; i += 2) {{
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      }}
-#pragma GCC unroll 2
-      for (int i = 0; i < 8; i += 4) {{ /* s[i + q]: channels q and q + 4 of pixels i..i+3 */
-        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-      }}
+      plait_irb_t8(r);
 #pragma GCC unroll 8
       for (int j = 0; j < 8; j++) {{
         int ch = v * 8 + j;
         if (ch >= rows) break;
-        __m256 c = _mm256_permute2f128_ps(s[j & 3], s[4 + (j & 3)], j < 4 ? 0x20 : 0x31);
         float* p = dst + (long)ch * ld;
-        __m128 lo = _mm256_castps256_ps128(c), hi = _mm256_extractf128_ps(c, 1);
+        __m128 lo = _mm256_castps256_ps128(r[j]), hi = _mm256_extractf128_ps(r[j], 1);
         if (add) {{
           lo = _mm_add_ps(lo, _mm_loadu_ps(p));
           hi = _mm_add_ps(hi, px == 7 ? _mm_setr_ps(p[4], p[5], p[6], 0.0f) : _mm_loadl_pi(_mm_setzero_ps(), (const __m64*)(p + 4)));
@@ -297,16 +333,71 @@ def _epilogue(
     return "".join(f"      {ln}\n" for ln in b.lines), res, params
 
 
+def _expand(p: IRBlockPlan, s1: str, r1: str) -> str:
+    """The expand product of a chunk's channels over the strip's input rows into the bordered strip, through the
+    expand's epilogue (statements s1, result r1)."""
+    hw, wp, mr, lines = p.h * p.w, p.w + 2, p.mr, -(-GP // 16)
+    return f"""      /* expand: up to {NV} channel vectors of one packed panel (their weights stay in L1, the next panel's are
+         prefetched into L2 meanwhile, a share per pixel tile) over every tile of {mr} pixels, each tile's sums
+         through the expand's epilogue into the bordered strip; a thread's run of vectors may start and end inside a
+         panel, so that two threads split 144 channels 64:80, not 48:96 */
+      plait_irb_prefetch(U1 + (long)(cv / {NV}) * cin * {GP}, 0, cin * {lines});
+      for (int g = 0, nv; g < nvc; g += nv) {{
+        int off = (cv + g) % {NV};
+        nv = {NV} - off < nvc - g ? {NV} - off : nvc - g;
+        const float* w1 = U1 + (long)((cv + g) / {NV}) * cin * {GP} + off * {VW};
+        for (int q0 = qa, l0 = 0; q0 < qb; q0 += {mr}, l0 += step) {{
+          if (g + nv < nvc) plait_irb_prefetch(w1 - off * {VW} + (long)cin * {GP}, l0, l0 + step < cin * {lines} ? l0 + step : cin * {lines});
+          int px = qb - q0 < {mr} ? qb - q0 : {mr};
+          const float* xs = Xb + q0;
+          long sxp = {hw};
+          if (px < {mr}) {{ /* a partial tile: its pixels copied, zero-padded */
+            for (int c = 0; c < cin; c++)
+              for (int i = 0; i < {mr}; i++) xt[c * {mr} + i] = i < px ? Xb[(long)c * {hw} + q0 + i] : 0.0f;
+            xs = xt;
+            sxp = {mr};
+          }}
+          plait_irb_tile{mr}(nv, cin, w1, {GP}, xs, sxp, 1, tile);
+          for (int i = 0; i < px; i++) {{
+            int q = q0 + i;
+            float* dst = e + ((long)(q / w - ya) * {wp} + q % w + 1) * cc + g * {VW};
+            const float* src = tile + i * nv * {VW};
+            /* a vector at a time: the loop over nv * VW channels had a run-time count (and tails) */
+            for (int jv = g * {VW}; jv < (g + nv) * {VW}; jv += {VW})
+#pragma omp simd
+              for (int j = jv; j < jv + {VW}; j++) {{
+                float v = src[j - g * {VW}];
+{s1}                dst[j - g * {VW}] = {r1};
+              }}
+          }}
+        }}
+      }}
+"""
+
+
+def _copy_in(p: IRBlockPlan) -> str:
+    """A block without an expand product: the chunk's input channels of the strip's rows copied into the bordered
+    strip, 8 channels by 8 pixels at a time (transposed in registers with AVX2)."""
+    return f"""      /* no expand product: the chunk's channels of the strip's input rows, as they are */
+      for (int y = qa / w; y < qb / w; y++)
+        for (int c = 0; c < cc; c += 8)
+          plait_irb_rows8(Xb + (long)(c0 + c) * {p.h * p.w} + (long)y * w, {p.h * p.w}, w,
+                          e + ((long)(y - ya) * {p.w + 2} + 1) * cc + c, cc);
+"""
+
+
 def render(
     p: IRBlockPlan, r: Any, epilogues: tuple[Epilogue | None, Epilogue | None, Epilogue | None]
 ) -> RenderedKernel:
     """The kernel C = block(X) with U1 (cin x c1), UD (9 x c1) and U2 (c1 x m2p) packed at plan build; its
-    parameters are C, X, U1, UD, U2, then each stage's epilogue buffers (x*, d*, y* in stage order)."""
+    parameters are C, X, U1 (only with an expand product), UD, U2, then each stage's epilogue buffers (x*, d*, y* in
+    stage order)."""
     hw, howo, wp, mr = p.h * p.w, p.ho * p.wo, p.w + 2, p.mr
     s1, r1, prm1 = _epilogue(r, epilogues[0], "x", p.images, p.c1, hw, "c0 + j", "q")
     s2, r2, prm2 = _epilogue(r, epilogues[1], "d", p.images, p.c1, howo, "c0 + j", "o")
     s3, r3, prm3 = _epilogue(r, epilogues[2], "y", p.images, p.m2, howo, "ch", "j")
     lines = -(-GP // 16)  # 64-byte lines (16 floats) of one packed panel's row
+    expand = _expand(p, s1, r1) if p.expand else _copy_in(p)
     body = f"""  const int cin = {p.cin}, c1 = {p.c1}, m2 = {p.m2}, m2p = {p.m2p}, h = {p.h}, w = {p.w}, ho = {p.ho}, wo = {p.wo};
   int threads = omp_get_num_threads(), vectors = c1 / {VW}, images = {p.images};
   /* several images, or wide planes, split by images and strips of output rows (each thread all channels, a strip's
@@ -355,42 +446,7 @@ def render(
         memset(e + (long)y * {wp} * cc, 0, sizeof(float) * (size_t)cc);
         memset(e + ((long)y * {wp} + w + 1) * cc, 0, sizeof(float) * (size_t)cc);
       }}
-      /* expand: up to {NV} channel vectors of one packed panel (their weights stay in L1, the next panel's are
-         prefetched into L2 meanwhile, a share per pixel tile) over every tile of {mr} pixels, each tile's sums
-         through the expand's epilogue into the bordered strip; a thread's run of vectors may start and end inside a
-         panel, so that two threads split 144 channels 64:80, not 48:96 */
-      plait_irb_prefetch(U1 + (long)(cv / {NV}) * cin * {GP}, 0, cin * {lines});
-      for (int g = 0, nv; g < nvc; g += nv) {{
-        int off = (cv + g) % {NV};
-        nv = {NV} - off < nvc - g ? {NV} - off : nvc - g;
-        const float* w1 = U1 + (long)((cv + g) / {NV}) * cin * {GP} + off * {VW};
-        for (int q0 = qa, l0 = 0; q0 < qb; q0 += {mr}, l0 += step) {{
-          if (g + nv < nvc) plait_irb_prefetch(w1 - off * {VW} + (long)cin * {GP}, l0, l0 + step < cin * {lines} ? l0 + step : cin * {lines});
-          int px = qb - q0 < {mr} ? qb - q0 : {mr};
-          const float* xs = Xb + q0;
-          long sxp = {hw};
-          if (px < {mr}) {{ /* a partial tile: its pixels copied, zero-padded */
-            for (int c = 0; c < cin; c++)
-              for (int i = 0; i < {mr}; i++) xt[c * {mr} + i] = i < px ? Xb[(long)c * {hw} + q0 + i] : 0.0f;
-            xs = xt;
-            sxp = {mr};
-          }}
-          plait_irb_tile{mr}(nv, cin, w1, {GP}, xs, sxp, 1, tile);
-          for (int i = 0; i < px; i++) {{
-            int q = q0 + i;
-            float* dst = e + ((long)(q / w - ya) * {wp} + q % w + 1) * cc + g * {VW};
-            const float* src = tile + i * nv * {VW};
-            /* a vector at a time: the loop over nv * VW channels had a run-time count (and tails) */
-            for (int jv = g * {VW}; jv < (g + nv) * {VW}; jv += {VW})
-#pragma omp simd
-              for (int j = jv; j < jv + {VW}; j++) {{
-                float v = src[j - g * {VW}];
-{s1}                dst[j - g * {VW}] = {r1};
-              }}
-          }}
-        }}
-      }}
-      /* depthwise 3x3 over the bordered strip, a vector of channels at a time down all its rows (a row's three
+{expand}      /* depthwise 3x3 over the bordered strip, a vector of channels at a time down all its rows (a row's three
          input rows, 3 x {wp} pixels of one vector, stay in L1 for the next output row), each output vector through
          the epilogue at once; meanwhile this chunk's rows of the projection's panels are prefetched into L2, a share
          per output row of the first vector */
@@ -485,7 +541,7 @@ def render(
     params = [
         "float* restrict C",
         "const float* restrict X",
-        "const float* restrict U1",
+        *(["const float* restrict U1"] if p.expand else []),
         "const float* restrict UD",
         "const float* restrict U2",
         *prm1,
@@ -494,5 +550,5 @@ def render(
     ]
     src = entry_points("KERNEL_NAME", params, body, f"{library()}{WIDE}/* KERNEL_NAME */\n")
     digest = hashlib.sha256(src.encode()).hexdigest()[:10]
-    name = f"IRBLOCK_{p.images}x{p.cin}x{p.c1}x{p.m2}x{p.h}x{p.w}s{p.stride}_{digest}"
+    name = f"IRBLOCK_{p.images}x{p.cin}x{p.c1 if p.expand else 0}x{p.m2}x{p.h}x{p.w}s{p.stride}_{digest}"
     return RenderedKernel(name, src.replace("KERNEL_NAME", name), (1,), None)

@@ -36,11 +36,14 @@ def _weight_1x1(it: Item, images: int) -> tuple[Node, tuple[int, int, int]] | No
     return (weight, (spec.a[0], spec.a[2], spec.a[3])) if weight.buffer is not None else None
 
 
-def _plan(e: Item, d: Item, p: Item) -> irblock_c.IRBlockPlan | None:
-    """The block of expand item `e`, depthwise item `d` and projection item `p` when their shapes chain and the
-    depthwise window is 3x3 with padding 1 and stride 1 or 2 over contiguous images; else None."""
-    es, ds, ps = e.gemm, d.gemm, p.gemm
-    if es is None or ds is None or ps is None or ds.conv is None or d.kind != "gemm" or d.inputs[0].buffer is None:
+def _plan(e: Item | None, d: Item, p: Item) -> irblock_c.IRBlockPlan | None:
+    """The block of expand item `e` (None: a block without one), depthwise item `d` and projection item `p` when their
+    shapes chain and the depthwise window is 3x3 with padding 1 and stride 1 or 2 over contiguous images; else
+    None."""
+    es, ds, ps = None if e is None else e.gemm, d.gemm, p.gemm
+    if ds is None or ps is None or ds.conv is None or d.kind != "gemm" or d.inputs[0].buffer is None:
+        return None
+    if e is not None and es is None:
         return None
     win = ds.conv
     window = (win.kh, win.kw, win.ph, win.pw, win.dh, win.dw) == (3, 3, 1, 1, 1, 1)
@@ -50,16 +53,18 @@ def _plan(e: Item, d: Item, p: Item) -> irblock_c.IRBlockPlan | None:
         return None
     if ds.b[0] != 0 or (win.n > 1 and ds.b[1] != win.c * win.h * win.w):
         return None
-    plan = irblock_c.IRBlockPlan(es.k, es.m, ps.m, win.h, win.w, win.sh, win.n)
-    chained = es.m == win.c == ds.inner == ps.k and ds.batch == win.n * win.c
-    chained = chained and es.n == win.h * win.w and ps.n == plan.ho * plan.wo
-    return plan if chained and plan.c1 % irblock_c.GP == 0 and es.n <= MAX_PIXELS else None
+    cin, c1, pixels = (win.c, win.c, win.h * win.w) if es is None else (es.k, es.m, es.n)
+    plan = irblock_c.IRBlockPlan(cin, c1, ps.m, win.h, win.w, win.sh, win.n, es is not None)
+    chained = c1 == win.c == ds.inner == ps.k and ds.batch == win.n * win.c
+    chained = chained and pixels == win.h * win.w and ps.n == plan.ho * plan.wo
+    return plan if chained and plan.c1 % irblock_c.GP == 0 and pixels <= MAX_PIXELS else None
 
 
 def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
     """Replace each expand -> depthwise -> projection run of items (each product read only by the next, none an
     output) by one `irblock` item reading the block's input, the three weights packed at plan build (constant items)
-    and the three epilogues' buffers."""
+    and the three epilogues' buffers; a depthwise -> projection pair whose input no such expand product makes by one
+    reading the depthwise input (irblock_c.WITHOUT_EXPAND)."""
     readers: dict[int, int] = {}
     for it in items:
         for x in it.inputs:
@@ -70,35 +75,46 @@ def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
     for i, d in enumerate(items):
         if d.kind != "gemm" or d.gemm is None or d.gemm.conv is None or len(d.inputs) < 2:
             continue
-        j = producer.get(d.inputs[1].uid)
         users = [k for k, it in enumerate(items) if len(it.inputs) > 1 and it.inputs[1].uid == d.out.uid]
-        if j is None or len(users) != 1:
+        if len(users) != 1 or readers.get(d.out.uid) != 1 or d.out.uid in outputs:
             continue
-        e, p = items[j], items[users[0]]
-        if readers.get(e.out.uid) != 1 or readers.get(d.out.uid) != 1 or {e.out.uid, d.out.uid} & outputs:
-            continue
-        plan = _plan(e, d, p)
+        p = items[users[0]]
+        # with the expand product that alone makes the depthwise input, else (a block without one) on its own
+        j = producer.get(d.inputs[1].uid)
+        e = (
+            items[j]
+            if j is not None and readers.get(items[j].out.uid) == 1 and items[j].out.uid not in outputs
+            else None
+        )
+        plan = None if e is None else _plan(e, d, p)
+        w1 = None if plan is None or e is None else _weight_1x1(e, plan.images)
+        if (plan is None or w1 is None) and irblock_c.WITHOUT_EXPAND:
+            e, plan = None, _plan(None, d, p)
+        elif w1 is None:
+            plan = None
         if plan is None:
             continue
-        w1, w2 = _weight_1x1(e, plan.images), _weight_1x1(p, plan.images)
-        if w1 is None or w2 is None:
+        w2 = _weight_1x1(p, plan.images)
+        if w2 is None:
             continue
-        u1 = pointwise_weight(w1[0], LanesPlan(plan.c1, plan.cin, 1, irblock_c.NV, w1[1]))
         ud = pointwise_weight(d.inputs[0], LanesPlan(plan.c1, 9, 1, plan.c1 // VW, (d.gemm.a[0], 9, 1)))
         u2 = pointwise_weight(w2[0], LanesPlan(plan.m2, plan.c1, 1, irblock_c.NV, w2[1]))
-        packs = [
-            Item(u, [src], "custom", extra={"constant": True})
-            for u, src in ((u1, w1[0]), (ud, d.inputs[0]), (u2, w2[0]))
-        ]
-        extras = [x for it in (e, d, p) for x in it.extra.get("extra", [])]
+        weights = [(ud, d.inputs[0]), (u2, w2[0])]
+        if e is not None and w1 is not None:
+            weights.insert(0, (pointwise_weight(w1[0], LanesPlan(plan.c1, plan.cin, 1, irblock_c.NV, w1[1])), w1[0]))
+        packs = [Item(u, [src], "custom", extra={"constant": True}) for u, src in weights]
+        stages = [d, p] if e is None else [e, d, p]
+        extras = [x for it in stages for x in it.extra.get("extra", [])]
         block = Item(
             p.out,
-            [e.inputs[1], u1, ud, u2, *extras],
+            [d.inputs[1] if e is None else e.inputs[1], *(u for u, _ in weights), *extras],
             "irblock",
-            extra={"irblock": plan, "epilogues": (e.epilogue(), d.epilogue(), p.epilogue())},
+            extra={"irblock": plan, "epilogues": (None if e is None else e.epilogue(), d.epilogue(), p.epilogue())},
         )
-        drop.update({j, i})
-        drop.update(producer[it.inputs[0].uid] for it in (e, p) if it.kind == "pointwise")
+        drop.add(i)
+        if e is not None and j is not None:
+            drop.add(j)
+        drop.update(producer[it.inputs[0].uid] for it in stages if it is not d and it.kind == "pointwise")
         fused[users[0]] = [*packs, block]
     out: list[Item] = []
     for i, it in enumerate(items):

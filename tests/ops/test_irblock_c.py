@@ -3,7 +3,8 @@ plait/schedule/irblock.py): expand 1x1 -> depthwise 3x3 -> project 1x1, each wit
 after the first two), with and without the residual add, stride 1 and 2, odd planes, at one, two and four threads
 (wide planes split among threads by output rows, small ones by vectors of expanded channels: a thread's run
 starting or ending inside a packed panel, 48 channels at 16-float vectors, a thread with no rows or no channels);
-against PyTorch. And the rules that keep the three kernels: weights passed per call (a training step's), an expanded
+against PyTorch. Blocks without an expand product (the depthwise window on another kernel's output). And the rules
+that keep the three kernels: weights passed per call (a training step's), an expanded
 tensor someone else reads, expanded channels that are not whole panels."""
 
 from collections.abc import Iterator
@@ -114,8 +115,9 @@ def test_weights_passed_per_call_keep_three_kernels() -> None:
     assert "IRBLOCK" not in [k.name.split("_")[0] for k in plan.kernels]
 
 
-def test_expanded_tensor_read_elsewhere_keeps_three_kernels() -> None:
-    """An expanded tensor that is also an output must be made: the block is not fused."""
+def test_expanded_tensor_read_elsewhere_keeps_its_product() -> None:
+    """An expanded tensor that is also an output must be made: its product stays a kernel of its own, and the
+    depthwise window and the projection fuse as a block without an expand product."""
     cin, c1, m2 = 16, 96, 16
     x, ws = rand((1, cin, 14, 14)), _weights(cin, c1, m2)
     w1, wd, w2 = (plait.tensor(a, device="cpu") for a in ws[:3])
@@ -125,7 +127,7 @@ def test_expanded_tensor_read_elsewhere_keeps_three_kernels() -> None:
         return a, F.conv2d(F.conv2d(a, wd, padding=1, groups=c1).clip(0.0, 6.0), w2)
 
     f = plait.jit(block, "cpu")
-    assert "IRBLOCK" not in _kinds(f, x)
+    assert _kinds(f, x)[-1] == "IRBLOCK" and "IRBLOCK" not in _kinds(f, x)[:-1]
     a, y = f(x)
     conv = torch.nn.functional.conv2d
     ra = conv(torch.tensor(x), torch.tensor(ws[0])).clamp(0.0, 6.0)
@@ -135,8 +137,68 @@ def test_expanded_tensor_read_elsewhere_keeps_three_kernels() -> None:
 
 
 def test_expanded_channels_not_in_whole_panels_keep_three_kernels() -> None:
+    """The block's scratch holds whole panels of expanded channels: other counts keep the three kernels."""
     cin, c1, m2 = 16, 2 * irblock_c.GP + irblock_c.VW, 16  # whole vectors, not whole panels
     x, ws = rand((1, cin, 14, 14)), _weights(cin, c1, m2)
     f = _plait_block(ws, 1, True)
     assert "IRBLOCK" not in _kinds(f, x)
     assert_close(f(x), _torch_block(x, ws, 1, True), "float32", f"{c1} expanded channels", tol_scale=10)
+
+
+def _plait_dw_block(ws: list[np.ndarray], stride: int, residual: bool) -> plait.jit:
+    """A block without an expand product (mobilenet_v2's first): ReLU6 before it (another kernel's epilogue), then
+    the depthwise window and the projection with their batch-norm-style epilogues."""
+    wd, w2, s2, h2, s3, h3 = (plait.tensor(a, device="cpu") for a in ws)
+    c1, m2 = ws[0].shape[0], ws[1].shape[0]
+
+    def block(t: plait.Tensor) -> plait.Tensor:
+        a = (t * 2.0).clip(0.0, 6.0)
+        b = F.conv2d(a, wd, stride=stride, padding=1, groups=c1) * s2.reshape(c1, 1, 1) + h2.reshape(c1, 1, 1)
+        y = F.conv2d(b.clip(0.0, 6.0), w2) * s3.reshape(m2, 1, 1) + h3.reshape(m2, 1, 1)
+        return y + t if residual else y
+
+    return plait.jit(block, "cpu")
+
+
+def _torch_dw_block(x: np.ndarray, ws: list[np.ndarray], stride: int, residual: bool) -> np.ndarray:
+    wd, w2, s2, h2, s3, h3 = (torch.tensor(a) for a in ws)
+    c1, m2 = wd.shape[0], w2.shape[0]
+    conv = torch.nn.functional.conv2d
+    a = (torch.tensor(x) * 2.0).clamp(0.0, 6.0)
+    b = (conv(a, wd, stride=stride, padding=1, groups=c1) * s2.reshape(c1, 1, 1) + h2.reshape(c1, 1, 1)).clamp(0, 6)
+    y = conv(b, w2) * s3.reshape(m2, 1, 1) + h3.reshape(m2, 1, 1)
+    return (y + torch.tensor(x) if residual else y).numpy()
+
+
+DW_CASES = [  # channels, output channels, images and plane (n, height, width), stride, residual
+    (48, 16, (2, 16, 16), 1, False),  # mobilenet_v2's first block's shape in small: two images, whole 8-pixel runs
+    (48, 48, (13, 13), 1, True),  # odd rows: 8-pixel runs and a tail of 5 copied one by one
+    (96, 24, (14, 14), 2, False),  # stride 2
+    (48, 70, (2, 11, 9), 2, False),  # 70 outputs: a partial vector; 9-wide rows
+    (96, 40, (60, 60), 1, False),  # two strips, each in chunks of channels
+    (48, 8, (7, 7), 1, False),  # one image on a 7x7 plane: threads split the channels
+]
+
+
+@pytest.mark.parametrize(("c1", "m2", "hw", "stride", "residual"), DW_CASES)
+def test_block_without_expand_matches_torch(
+    c1: int, m2: int, hw: tuple[int, ...], stride: int, residual: bool, team_size: int
+) -> None:
+    """A depthwise window whose input no 1x1 product makes, with the projection that alone reads it, is one IRBLOCK
+    that copies the input channels into its scratch: as a team run (twice) and launched alone."""
+    n, h, w = hw if len(hw) == 3 else (1, *hw)
+    ws = [
+        rand((c1, 1, 3, 3), seed=2) / np.float32(3.0),
+        rand((m2, c1, 1, 1), seed=3) / np.float32(c1**0.5),
+        *(rand((c,), seed=10 + i) for i, c in enumerate((c1, c1, m2, m2))),
+    ]
+    x = rand((n, c1, h, w))
+    f = _plait_dw_block(ws, stride, residual)
+    plan, _ = f.plan_for([x])
+    assert [k.name.split("_")[0] for k in plan.kernels] == ["E", "IRBLOCK"]
+    ref = _torch_dw_block(x, ws, stride, residual)
+    what = f"block {c1}->{m2} {n}x{h}x{w} s{stride}, {team_size} threads"
+    for _ in range(2):
+        assert_close(f(x), ref, "float32", what, tol_scale=10)
+    run_launches(plan.device, plan.launches)
+    assert_close(read(plan.device, plan.buffers[plan.outputs[0].uid], plan.outputs[0]), ref, "float32", what, 10)
