@@ -188,34 +188,49 @@ class InferenceSession:
         by_name = {o.name: i for i, o in enumerate(self._outputs)}
         wanted = list(by_name) if output_names is None else list(output_names)
         out = []
+        handed: set[int] = set()  # the plan's fresh result arrays already returned once (a second use is a copy)
         for name in wanted:
             if name not in by_name:
                 raise OnnxInputError(f"output {name!r} is not an output of this model (outputs: {list(by_name)})")
             i = by_name[name]
-            out.append(self._finish(c, c.outputs[i], results, feed, self._outputs[i].type))
+            out.append(self._finish(c, c.outputs[i], results, feed, self._outputs[i].type, handed))
         return out
 
     @classmethod
     def _finish(
-        cls, c: _Compiled, v: Any, results: dict[int, np.ndarray], feed: dict[str, np.ndarray], tp: onnx.TypeProto
+        cls,
+        c: _Compiled,
+        v: Any,
+        results: dict[int, np.ndarray],
+        feed: dict[str, np.ndarray],
+        tp: onnx.TypeProto,
+        handed: set[int],
     ) -> Any:
+        """Output value `v` as the caller's own array (or list of them) of type `tp`: the plan's result arrays are
+        fresh, so each is handed over as it is the first time (a large output is not copied twice); inputs passed
+        through, constants and repeats are copies."""
         if tp.HasField("optional_type"):
             tp = tp.optional_type.elem_type
         if v is None:
             return None
         if isinstance(v, SeqValue):
             elem = tp.sequence_type.elem_type if tp.HasField("sequence_type") else tp
-            return [cls._finish(c, x, results, feed, elem) for x in v.items]
+            return [cls._finish(c, x, results, feed, elem, handed) for x in v.items]
+        fresh = False
         if isinstance(v, np.ndarray):
             arr = v
         elif v.node.uid in results:
-            arr = results[v.node.uid]
+            arr, fresh = results[v.node.uid], True
         elif v.node.op == "input":
             arr = feed[c.input_of[v.node.uid]]
         else:
             arr = v.numpy()
         want = elem_np(tp.tensor_type.elem_type)
-        return np.array(arr, dtype=want if want is not None else arr.dtype, copy=True)
+        dtype = want if want is not None else arr.dtype
+        if fresh and arr.dtype == dtype and id(arr) not in handed:
+            handed.add(id(arr))
+            return arr
+        return np.array(arr, dtype=dtype, copy=True)
 
 
 def _flatten(feed: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, list[str] | None]]:

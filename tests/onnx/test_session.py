@@ -188,3 +188,30 @@ def test_value_dependent_input_specialises_the_plan(device: str) -> None:
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     for shape in ([3, 4], [4, 3], [3, 4]):
         np.testing.assert_array_equal(sess.run(None, {"x": x, "shape": np.array(shape)})[0], x.reshape(shape))
+
+
+def test_outputs_are_the_callers_own_arrays(device: str) -> None:
+    """Each run's outputs are new arrays the caller owns: the plan's results are handed over without a second copy,
+    but an output named twice (an Identity of another output) and an input passed straight through are copies, so
+    writing into one leaves the others, the feed and the next run alone."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"]),
+        helper.make_node("Identity", ["y"], ["y2"]),
+        helper.make_node("Identity", ["x"], ["x2"]),
+    ]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in ("y", "y2", "x2")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], info)
+    sess = InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), device=device)
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    y, y2, x2 = sess.run(None, {"x": x})
+    want = np.maximum(x, 0)
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(y2, want)
+    np.testing.assert_array_equal(x2, x)
+    y[...] = 7.0
+    x2[...] = 9.0
+    np.testing.assert_array_equal(y2, want)
+    np.testing.assert_array_equal(x, np.arange(-3, 3, dtype=np.float32).reshape(2, 3))
+    again = sess.run(["y"], {"x": x})[0]
+    assert again is not y
+    np.testing.assert_array_equal(again, want)
