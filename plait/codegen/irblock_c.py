@@ -53,6 +53,8 @@ ROWS_PIXELS = 49
 # blocks without an expand product (a depthwise window and the projection alone reading it: mobilenet_v2's first
 # block) fuse too, the input copied into the scratch (docs/benchmarks.md)
 WITHOUT_EXPAND = True
+# an image stem (a 3x3 convolution over few channels, mobilenet_v2's) fuses as such a block's expand product
+WITH_STEM = True
 OUT_AVX2 = True  # the projection's write-back transposes whole tiles in registers with AVX2 (8-float vectors)
 # gcc 12 does not know Zen 5 (-march=native tunes for znver3 there), so it may run the kernel's `omp simd` epilogue
 # loops on 256-bit vectors; the kernel asks for 512-bit ones (with the loops a vector at a time: 1.7% less thread CPU
@@ -77,6 +79,14 @@ class IRBlockPlan:
     stride: int
     images: int = 1
     expand: bool = True  # False: no expand product (mobilenet_v2's first block), c1 == cin, the input copied as is
+    # (image channels, height, width, stride) of a 3x3 convolution with padding 1 (an image stem) in place of the
+    # expand product, over the image; cin is then its 9 * channels taps
+    stem: tuple[int, int, int, int] | None = None
+
+    @property
+    def image_floats(self) -> int:
+        """Floats of one input image (the stem's image, or cin planes of h x w)."""
+        return self.stem[0] * self.stem[1] * self.stem[2] if self.stem else self.cin * self.h * self.w
 
     @property
     def ho(self) -> int:
@@ -170,8 +180,8 @@ def _transpose_stages() -> str:
 
 def _avx2_helpers() -> str:
     """plait_irb_t8 (with AVX2 and 8-float vectors: an 8 x 8 block of floats in eight registers transposed in place)
-    and plait_irb_rows8 (8 rows of n floats, ld apart, written as n rows of 8 floats, ldd apart: the input channels of
-    a block without an expand product into its channels-across-lanes scratch)."""
+    and plait_irb_rows8 (nr rows, up to 8, of n floats, ld apart, written as n rows of nr floats, ldd apart: the input
+    channels of a block without an expand product into its channels-across-lanes scratch)."""
     return """#if defined(__AVX2__) && PLAIT_VW == 8
 static inline void plait_irb_t8(__m256 r[8]) {
   __m256 t[8], s[8];
@@ -191,10 +201,10 @@ static inline void plait_irb_t8(__m256 r[8]) {
   for (int j = 0; j < 8; j++) r[j] = _mm256_permute2f128_ps(s[j & 3], s[4 + (j & 3)], j < 4 ? 0x20 : 0x31);
 }
 #endif
-static inline void plait_irb_rows8(const float* src, long ld, int n, float* dst, long ldd) {
+static inline void plait_irb_rows8(const float* src, long ld, int nr, int n, float* dst, long ldd) {
   int x = 0;
 #if defined(__AVX2__) && PLAIT_VW == 8
-  for (; x + 8 <= n; x += 8) {
+  for (; nr == 8 && x + 8 <= n; x += 8) {
     __m256 r[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * ld + x);
@@ -204,8 +214,7 @@ static inline void plait_irb_rows8(const float* src, long ld, int n, float* dst,
   }
 #endif
   for (; x < n; x++)
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) dst[(long)x * ldd + i] = src[i * ld + x];
+    for (int i = 0; i < nr; i++) dst[(long)x * ldd + i] = src[i * ld + x];
 }
 """
 
@@ -274,6 +283,46 @@ def _write_back() -> str:
 """
 
 
+def _stem_tiles(mr: int) -> str:
+    """plait_irb_ktile<mr>: the register tile of a stem block's expand, tap p of pixel i read at x + koff[p] + i (a
+    band split into the stride's column phases, gemm_c.DIRECT_BAND), one to NV channel vectors."""
+    tiles = ""
+    for nv in range(1, NV + 1):
+        tiles += f"""static inline void plait_irb_ktile{mr}x{nv}(int k, const float* restrict w, long ldw, const float* restrict x,
+                                      const int* restrict koff, float* restrict out) {{
+  plait_vf acc[{mr}][{nv}];
+#pragma GCC unroll {mr}
+  for (int i = 0; i < {mr}; i++)
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_vf){{0}};
+  for (int p = 0; p < k; p++) {{
+    plait_vf wv[{nv}];
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) wv[v] = *(const plait_vf*)(w + p * ldw + v * {VW});
+    const float* xp = x + koff[p];
+#pragma GCC unroll {mr}
+    for (int i = 0; i < {mr}; i++) {{
+      float s = xp[i];
+#pragma GCC unroll {nv}
+      for (int v = 0; v < {nv}; v++) acc[i][v] += wv[v] * s;
+    }}
+  }}
+#pragma GCC unroll {mr}
+  for (int i = 0; i < {mr}; i++)
+#pragma GCC unroll {nv}
+    for (int v = 0; v < {nv}; v++) *(plait_vf*)(out + (i * {nv} + v) * {VW}) = acc[i][v];
+}}
+"""
+    calls = "".join(
+        f"if (nv == {nv}) plait_irb_ktile{mr}x{nv}(k, w, ldw, x, koff, out);\n  else " for nv in range(NV, 1, -1)
+    )
+    return f"""{tiles}static inline void plait_irb_ktile{mr}(int nv, int k, const float* w, long ldw, const float* x,
+                                    const int* koff, float* out) {{
+  {calls}plait_irb_ktile{mr}x1(k, w, ldw, x, koff, out);
+}}
+"""
+
+
 def _dispatch(mr: int) -> str:
     """plait_irb_tile<mr>: the tile of mr pixels and nv (one to NV) channel vectors."""
     calls = "".join(
@@ -333,10 +382,58 @@ def _epilogue(
     return "".join(f"      {ln}\n" for ln in b.lines), res, params
 
 
+def _store_expanded(p: IRBlockPlan, s1: str, r1: str) -> str:
+    """A tile's sums (px pixels from q0, nv vectors) through the expand's epilogue into the bordered strip."""
+    wp = p.w + 2
+    return f"""          for (int i = 0; i < px; i++) {{
+            int q = q0 + i;
+            float* dst = e + ((long)(q / w - ya) * {wp} + q % w + 1) * cc + g * {VW};
+            const float* src = tile + i * nv * {VW};
+            /* a vector at a time: the loop over nv * VW channels had a run-time count (and tails) */
+            for (int jv = g * {VW}; jv < (g + nv) * {VW}; jv += {VW})
+#pragma omp simd
+              for (int j = jv; j < jv + {VW}; j++) {{
+                float v = src[j - g * {VW}];
+{s1}                dst[j - g * {VW}] = {r1};
+              }}
+          }}
+"""
+
+
+def _expand_stem(p: IRBlockPlan, s1: str, r1: str) -> str:
+    """A stem block's expand: the strip's rows of the stem convolution, a chunk's channels, from the band of image
+    rows split once per strip (at its first chunk), a row's tiles of mr pixels at a time."""
+    assert p.stem is not None
+    st, mr = p.stem[3], p.mr
+    return f"""      /* expand: the stem convolution's output rows of the strip, up to {NV} channel vectors of one packed panel at
+         a time, from the strip's band of image rows (split into the stride's column phases once, at its first
+         chunk), tiles of {mr} pixels within a row (a row's last tile computes past its end, stores only its own) */
+      if (cv == v0) plait_dc_band(Xb, &sg, {p.stem[0]}, qa / w * {st}, (qb / w - qa / w - 1) * {st} + 3, band_rows, {_band_t(p)}, band);
+      for (int g = 0, nv; g < nvc; g += nv) {{
+        int off = (cv + g) % {NV};
+        nv = {NV} - off < nvc - g ? {NV} - off : nvc - g;
+        const float* w1 = U1 + (long)((cv + g) / {NV}) * cin * {GP} + off * {VW};
+        for (int y = qa / w; y < qb / w; y++)
+          for (int ox0 = 0; ox0 < w; ox0 += {mr}) {{
+            int px = w - ox0 < {mr} ? w - ox0 : {mr}, q0 = y * w + ox0;
+            plait_irb_ktile{mr}(nv, cin, w1, {GP}, band + (long)(y - qa / w) * {st * st * _band_t(p)} + ox0, koff, tile);
+{_store_expanded(p, s1, r1)}          }}
+      }}
+"""
+
+
+def _band_t(p: IRBlockPlan) -> int:
+    """Floats per column phase of a band row: the output row's pixels plus the taps' reach past it."""
+    assert p.stem is not None
+    return p.w + 2 // p.stem[3]
+
+
 def _expand(p: IRBlockPlan, s1: str, r1: str) -> str:
     """The expand product of a chunk's channels over the strip's input rows into the bordered strip, through the
     expand's epilogue (statements s1, result r1)."""
-    hw, wp, mr, lines = p.h * p.w, p.w + 2, p.mr, -(-GP // 16)
+    if p.stem is not None:
+        return _expand_stem(p, s1, r1)
+    hw, mr, lines = p.h * p.w, p.mr, -(-GP // 16)
     return f"""      /* expand: up to {NV} channel vectors of one packed panel (their weights stay in L1, the next panel's are
          prefetched into L2 meanwhile, a share per pixel tile) over every tile of {mr} pixels, each tile's sums
          through the expand's epilogue into the bordered strip; a thread's run of vectors may start and end inside a
@@ -358,19 +455,7 @@ def _expand(p: IRBlockPlan, s1: str, r1: str) -> str:
             sxp = {mr};
           }}
           plait_irb_tile{mr}(nv, cin, w1, {GP}, xs, sxp, 1, tile);
-          for (int i = 0; i < px; i++) {{
-            int q = q0 + i;
-            float* dst = e + ((long)(q / w - ya) * {wp} + q % w + 1) * cc + g * {VW};
-            const float* src = tile + i * nv * {VW};
-            /* a vector at a time: the loop over nv * VW channels had a run-time count (and tails) */
-            for (int jv = g * {VW}; jv < (g + nv) * {VW}; jv += {VW})
-#pragma omp simd
-              for (int j = jv; j < jv + {VW}; j++) {{
-                float v = src[j - g * {VW}];
-{s1}                dst[j - g * {VW}] = {r1};
-              }}
-          }}
-        }}
+{_store_expanded(p, s1, r1)}        }}
       }}
 """
 
@@ -381,7 +466,7 @@ def _copy_in(p: IRBlockPlan) -> str:
     return f"""      /* no expand product: the chunk's channels of the strip's input rows, as they are */
       for (int y = qa / w; y < qb / w; y++)
         for (int c = 0; c < cc; c += 8)
-          plait_irb_rows8(Xb + (long)(c0 + c) * {p.h * p.w} + (long)y * w, {p.h * p.w}, w,
+          plait_irb_rows8(Xb + (long)(c0 + c) * {p.h * p.w} + (long)y * w, {p.h * p.w}, cc - c < 8 ? cc - c : 8, w,
                           e + ((long)(y - ya) * {p.w + 2} + 1) * cc + c, cc);
 """
 
@@ -398,6 +483,15 @@ def render(
     s3, r3, prm3 = _epilogue(r, epilogues[2], "y", p.images, p.m2, howo, "ch", "j")
     lines = -(-GP // 16)  # 64-byte lines (16 floats) of one packed panel's row
     expand = _expand(p, s1, r1) if p.expand else _copy_in(p)
+    stem_setup = "  long bandn = 0;\n"
+    if p.stem is not None:  # the band of image rows a strip's stem rows read, split into the stride's phases
+        ci, ih, iw, st = p.stem
+        stem_setup = f"""  /* the stem's window over the image, its band of image rows for a strip of eh stem rows, the taps' offsets */
+  const plait_win sg = {{{ih}, {iw}, 3, 3, {st}, {st}, 1, 1, 1, 1, w}};
+  int band_rows = (eh - 1) * {st} + 3, koff[{p.cin}];
+  long bandn = (long){ci} * band_rows * {st} * {_band_t(p)} + {2 * p.mr + 16};
+  plait_dc_offsets(&sg, {p.cin}, band_rows, {_band_t(p)}, koff);
+"""
     body = f"""  const int cin = {p.cin}, c1 = {p.c1}, m2 = {p.m2}, m2p = {p.m2p}, h = {p.h}, w = {p.w}, ho = {p.ho}, wo = {p.wo};
   int threads = omp_get_num_threads(), vectors = c1 / {VW}, images = {p.images};
   /* several images, or wide planes, split by images and strips of output rows (each thread all channels, a strip's
@@ -414,7 +508,7 @@ def render(
   int cmax = c1 < chunkv * {VW} ? c1 : chunkv * {VW};
   /* per thread: its scratch (bordered expanded strip, depthwise output, a partial tile's pixels, a tile's sums),
      then, when the channels are split, its partial projection (m2 x ho*wo); otherwise it projects straight into C */
-  long scratch = ((per_vector / {VW}) * cmax + {mr} * (cin > cmax ? cin : cmax) + {mr * NV * VW} + {VW - 1}) / {VW} * {VW};
+{stem_setup}  long scratch = ((per_vector / {VW}) * cmax + {mr} * (cin > cmax ? cin : cmax) + {mr * NV * VW} + bandn + {VW - 1}) / {VW} * {VW};
   int partial = threads > 1 && !by_rows;
   long own = scratch + (long)partial * m2 * {howo};
   float* parts = plait_irb_parts((size_t)(threads * own));
@@ -423,7 +517,7 @@ def render(
    int units = by_rows ? images * strips : 1;
    for (int u = by_rows ? units * t / threads : 0; u < (by_rows ? units * (t + 1) / threads : 1); u++) {{
     int bz = u / strips, su = u % strips;
-    const float* Xb = X + (long)bz * cin * {hw};
+    const float* Xb = X + (long)bz * {p.image_floats};
     float* part = partial ? parts + t * own + scratch : C + (long)bz * m2 * {howo};
     int v0 = by_rows ? 0 : vectors * t / threads, v1 = by_rows ? vectors : vectors * (t + 1) / threads;
     int oy0 = ho * su / strips, oy1 = ho * (su + 1) / strips;
@@ -439,6 +533,8 @@ def render(
       float* d = e + (long)(yb - ya + 1) * {wp} * cc;
       float* xt = d + (long)npx * cc;
       float* tile = xt + {mr} * (cin > cmax ? cin : cmax);
+      float* band = parts + t * own + scratch - bandn; /* a stem block's split image rows, the same for every chunk */
+      (void)band;
       /* the zero border of the expanded strip (the depthwise window's padding) */
       if (ya < 0) memset(e, 0, sizeof(float) * (size_t)({wp} * cc));
       if (yb >= h) memset(e + (long)(yb - ya) * {wp} * cc, 0, sizeof(float) * (size_t)({wp} * cc));
@@ -548,7 +644,11 @@ def render(
         *prm2,
         *prm3,
     ]
-    src = entry_points("KERNEL_NAME", params, body, f"{library()}{WIDE}/* KERNEL_NAME */\n")
+    lib = library()
+    if p.stem is not None:  # the band split (shared with the stems' direct kernels) and the tap-offset tiles
+        lib += gemm_c.at_o2(gemm_c.DIRECT_BAND) + gemm_c.at_o2(_stem_tiles(p.mr))
+    src = entry_points("KERNEL_NAME", params, body, f"{lib}{WIDE}/* KERNEL_NAME */\n")
     digest = hashlib.sha256(src.encode()).hexdigest()[:10]
-    name = f"IRBLOCK_{p.images}x{p.cin}x{p.c1 if p.expand else 0}x{p.m2}x{p.h}x{p.w}s{p.stride}_{digest}"
+    stem = f"x{p.stem[1]}s{p.stem[3]}" if p.stem else ""
+    name = f"IRBLOCK_{p.images}x{p.cin}{stem}x{p.c1 if p.expand else 0}x{p.m2}x{p.h}x{p.w}s{p.stride}_{digest}"
     return RenderedKernel(name, src.replace("KERNEL_NAME", name), (1,), None)

@@ -6,7 +6,9 @@ three kernels, since its backward reads the expanded tensor."""
 
 from __future__ import annotations
 
-from plait.codegen import irblock_c
+from dataclasses import replace
+
+from plait.codegen import gemm_c, irblock_c
 from plait.codegen.pointwise_c import VW, LanesPlan
 from plait.graph.node import Node
 from plait.graph.ops.pointwise_weight import pointwise_weight
@@ -34,6 +36,26 @@ def _weight_1x1(it: Item, images: int) -> tuple[Node, tuple[int, int, int]] | No
         return packed.srcs[0], packed.arg.w_view
     weight = it.inputs[0]
     return (weight, (spec.a[0], spec.a[2], spec.a[3])) if weight.buffer is not None else None
+
+
+def _stem(e: Item, plan: irblock_c.IRBlockPlan) -> tuple[int, int, int, int] | None:
+    """(image channels, height, width, stride) when item `e` is an image stem the block can take as its expand
+    product: a 3x3 convolution with padding 1 and stride 1 or 2 over few channels (gemm_c.DIRECT_MAX_CIN) of
+    `plan`'s contiguous images onto its plane, its weight a buffer read in place; else None."""
+    spec = e.gemm
+    if e.kind != "gemm" or spec is None or spec.conv is None or spec.conv_t is not None or spec.a_nchw is not None:
+        return None
+    win = spec.conv
+    if (win.kh, win.kw, win.ph, win.pw, win.dh, win.dw, win.fold) != (3, 3, 1, 1, 1, 1, False):
+        return None
+    if win.sh != win.sw or win.sh not in (1, 2) or win.c > gemm_c.DIRECT_MAX_CIN or spec.k != 9 * win.c:
+        return None
+    if win.n != plan.images or (win.oh, win.ow) != (plan.h, plan.w) or e.inputs[0].buffer is None or spec.a[3] != 1:
+        return None
+    image = win.c * win.h * win.w
+    if any(spec.a_at(z) != spec.a[0] or spec.b_at(z) != z * image for z in range(plan.images)):
+        return None
+    return win.c, win.h, win.w, win.sh
 
 
 def _plan(e: Item | None, d: Item, p: Item) -> irblock_c.IRBlockPlan | None:
@@ -88,6 +110,10 @@ def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
         )
         plan = None if e is None else _plan(e, d, p)
         w1 = None if plan is None or e is None else _weight_1x1(e, plan.images)
+        stem = None if plan is None or e is None or w1 is not None or not irblock_c.WITH_STEM else _stem(e, plan)
+        if stem is not None and plan is not None and e is not None and e.gemm is not None:  # an image stem as expand
+            plan = replace(plan, stem=stem)
+            w1 = e.inputs[0], (e.gemm.a[0], e.gemm.a[2], e.gemm.a[3])
         if (plan is None or w1 is None) and irblock_c.WITHOUT_EXPAND:
             e, plan = None, _plan(None, d, p)
         elif w1 is None:

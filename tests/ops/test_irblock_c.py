@@ -202,3 +202,61 @@ def test_block_without_expand_matches_torch(
         assert_close(f(x), ref, "float32", what, tol_scale=10)
     run_launches(plan.device, plan.launches)
     assert_close(read(plan.device, plan.buffers[plan.outputs[0].uid], plan.outputs[0]), ref, "float32", what, 10)
+
+
+def _stem_block(ws: list[np.ndarray], stem_stride: int, stride: int) -> plait.jit:
+    """An image stem (3x3 convolution over few channels, padding 1, batch-norm-style epilogue and ReLU6), then a
+    depthwise window and a projection: the stem stands in for the block's expand product."""
+    w0, wd, w2, s1, h1, s2, h2, s3, h3 = (plait.tensor(a, device="cpu") for a in ws)
+    c1, m2 = ws[0].shape[0], ws[2].shape[0]
+
+    def block(t: plait.Tensor) -> plait.Tensor:
+        a = (F.conv2d(t, w0, stride=stem_stride, padding=1) * s1.reshape(c1, 1, 1) + h1.reshape(c1, 1, 1)).clip(0, 6)
+        b = F.conv2d(a, wd, stride=stride, padding=1, groups=c1) * s2.reshape(c1, 1, 1) + h2.reshape(c1, 1, 1)
+        return F.conv2d(b.clip(0.0, 6.0), w2) * s3.reshape(m2, 1, 1) + h3.reshape(m2, 1, 1)
+
+    return plait.jit(block, "cpu")
+
+
+def _torch_stem_block(x: np.ndarray, ws: list[np.ndarray], stem_stride: int, stride: int) -> np.ndarray:
+    w0, wd, w2, s1, h1, s2, h2, s3, h3 = (torch.tensor(a) for a in ws)
+    c1, m2 = w0.shape[0], w2.shape[0]
+    conv = torch.nn.functional.conv2d
+    a = conv(torch.tensor(x), w0, stride=stem_stride, padding=1) * s1.reshape(c1, 1, 1) + h1.reshape(c1, 1, 1)
+    b = conv(a.clamp(0, 6), wd, stride=stride, padding=1, groups=c1) * s2.reshape(c1, 1, 1) + h2.reshape(c1, 1, 1)
+    return (conv(b.clamp(0, 6), w2) * s3.reshape(m2, 1, 1) + h3.reshape(m2, 1, 1)).numpy()
+
+
+STEM_CASES = [  # image channels, stem channels, output channels, images and image (n, height, width), strides
+    (3, 48, 16, (2, 32, 32), 2, 1),  # mobilenet_v2's first block in small: 16x16 planes, rows of 2 tiles + 4 pixels
+    (3, 48, 24, (45, 37), 2, 1),  # odd image: 23x19 planes, the band's last phase one element short
+    (3, 96, 16, (2, 30, 30), 1, 2),  # a stride-1 stem, a stride-2 depthwise window
+    (1, 48, 8, (14, 14), 2, 1),  # one channel; a 7x7 plane of one image: threads split the channels
+    (4, 48, 70, (3, 20, 26), 2, 1),  # four channels, 70 outputs
+    (3, 48, 16, (1, 200, 200), 2, 1),  # 100x100: two strips, each in three chunks of channels (one band)
+]
+
+
+@pytest.mark.parametrize(("ci", "c1", "m2", "nhw", "stem_stride", "stride"), STEM_CASES)
+def test_block_with_stem_matches_torch(
+    ci: int, c1: int, m2: int, nhw: tuple[int, ...], stem_stride: int, stride: int, team_size: int
+) -> None:
+    """An image stem read only by a depthwise window, read only by a projection, is one IRBLOCK that computes the
+    stem's rows straight into its scratch: as a team run (twice) and launched alone."""
+    n, h, w = nhw if len(nhw) == 3 else (1, *nhw)
+    ws = [
+        rand((c1, ci, 3, 3), seed=1) / np.float32(3.0 * ci**0.5),
+        rand((c1, 1, 3, 3), seed=2) / np.float32(3.0),
+        rand((m2, c1, 1, 1), seed=3) / np.float32(c1**0.5),
+        *(rand((c,), seed=10 + i) for i, c in enumerate((c1, c1, c1, c1, m2, m2))),
+    ]
+    x = rand((n, ci, h, w))
+    f = _stem_block(ws, stem_stride, stride)
+    plan, _ = f.plan_for([x])
+    assert [k.name.split("_")[0] for k in plan.kernels] == ["IRBLOCK"]
+    ref = _torch_stem_block(x, ws, stem_stride, stride)
+    what = f"stem block {ci}->{c1}->{m2} {n}x{h}x{w} s{stem_stride}/{stride}, {team_size} threads"
+    for _ in range(2):
+        assert_close(f(x), ref, "float32", what, tol_scale=10)
+    run_launches(plan.device, plan.launches)
+    assert_close(read(plan.device, plan.buffers[plan.outputs[0].uid], plan.outputs[0]), ref, "float32", what, 10)
