@@ -2,7 +2,9 @@
 profiling replay, and how close it comes to the device's measured peaks (`plait devices --measure`).
 
 Work is counted from the scheduler's item, not measured: a GEMM does 2*M*N*K*batch FLOPs plus one per fused
-epilogue op per output element; an elementwise kernel one FLOP per arithmetic op of its fused expression per output
+epilogue op per output element; a Winograd convolution on the cpu and a fused inverted-residual block count two
+FLOPs per multiply-add of the direct products they stand for (the block's expand, 3x3 depthwise and projection),
+not the fewer a transform does nor their epilogues; an elementwise kernel one FLOP per arithmetic op of its fused expression per output
 element; a reduction one per input element plus its fused input expression; data-movement kernels (im2col, gathers)
 none. Bytes are the compulsory traffic: every buffer the kernel reads once, plus the buffer it writes.
 
@@ -65,6 +67,12 @@ def item_work(item: Item) -> tuple[int, int, list[str]]:
     if item.kind == "stempool":  # an image stem and its max pool (plait/codegen/stem_pool_c.py)
         assert item.gemm is not None
         return item.gemm.flops, moved, ["matmul", item.out.op]
+    if item.kind == "winograd" and item.gemm is not None:  # the C form: counted as the convolution it computes
+        return item.gemm.flops, moved, ["matmul", item.out.op]
+    if item.kind == "irblock":  # a fused inverted-residual block (plait/codegen/irblock_c.py): its three products
+        p = item.extra["irblock"]
+        expand = p.cin * p.c1 * p.h * p.w if p.expand else 0
+        return 2 * p.images * (expand + 9 * p.c1 * p.ho * p.wo + p.c1 * p.m2 * p.ho * p.wo), moved, ["matmul"] * 3
     if item.kind == "elementwise":
         ops = _expr_ops(item.out, set(inputs))
         return len(ops) * item.out.size, moved, ops

@@ -195,3 +195,28 @@ def test_report_sections_name_a_failed_report(tmp_path: Path) -> None:
     assert "### resnet18 infer-1 b1 plait:cpu" in md and "no kernel report: PlaitError" in md
     paths = report.write_all(result, tmp_path)
     assert "no kernel report" in paths["kernels"].read_text()
+
+
+def test_winograd_and_fused_block_count_their_direct_products() -> None:
+    """A cpu Winograd convolution counts the direct convolution's FLOPs, a fused inverted-residual block those of its
+    expand, depthwise and projection products (its expand an image stem's 27 taps here), not zero."""
+    import plait.nn.functional as F
+
+    w = plait.tensor(_rand(32, 32, 3, 3) * 0.05, device="cpu")
+    wino = plait.jit(lambda t: F.conv2d(t, w, padding=1).relu(), "cpu")
+    x = _rand(1, 32, 28, 28)
+    (row,) = _check_consistent(plait.explain(wino, x, reps=2))["kernels"]
+    assert row["kind"] == "winograd" and row["flops"] == 2 * 32 * 28 * 28 * 32 * 9
+
+    c1, m2 = 48, 16
+    w0, wd, w2 = (plait.tensor(a, device="cpu") for a in (_rand(c1, 3, 3, 3), _rand(c1, 1, 3, 3), _rand(m2, c1, 1, 1)))
+
+    def block(t: plait.Tensor) -> plait.Tensor:
+        a = F.conv2d(t, w0, stride=2, padding=1).clip(0.0, 6.0)
+        return F.conv2d(F.conv2d(a, wd, padding=1, groups=c1).clip(0.0, 6.0), w2)
+
+    image = _rand(2, 3, 32, 32)
+    d = _check_consistent(plait.explain(plait.jit(block, "cpu"), image, reps=2))
+    (row,) = d["kernels"]
+    assert row["kind"] == "irblock"
+    assert row["flops"] == 2 * 2 * (27 * c1 * 16 * 16 + 9 * c1 * 16 * 16 + c1 * m2 * 16 * 16)
