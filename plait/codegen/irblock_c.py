@@ -127,11 +127,19 @@ class IRBlockPlan:
         return self.images > 1 or self.h * self.w > ROWS_PIXELS
 
 
-def _tile(mr: int, nv: int) -> str:
+# The operand forms of the register tile: (name, the parameters locating pixel i of row p, that row's start, pixel i
+# in it). A 1x1 product reads row p at x + p*sxp, its pixels sxi apart; a stem block's expand reads tap p of a band
+# split into the stride's column phases at x + koff[p], its pixels consecutive.
+_STRIDED = ("plait_irb_tile", ("long sxp", "long sxi"), "x + p * sxp", "xp[i * sxi]")
+_TAPS = ("plait_irb_ktile", ("const int* restrict koff",), "x + koff[p]", "xp[i]")
+
+
+def _tile(mr: int, nv: int, form: tuple[str, tuple[str, ...], str, str] = _STRIDED) -> str:
     """acc[mr pixels][nv vectors] = sum over k of x[pixel] * w[row]: weight row p at w + p*ldw (nv vectors), pixel i
-    of row p at x + p*sxp + i*sxi; the sums go to out[i][v] (mr x nv vectors)."""
-    return f"""static inline void plait_irb_tile{mr}x{nv}(int k, const float* restrict w, long ldw, const float* restrict x,
-                                     long sxp, long sxi, float* restrict out) {{
+    of row p where `form` reads it; the sums go to out[i][v] (mr x nv vectors)."""
+    name, params, row, pixel = form
+    return f"""static inline void {name}{mr}x{nv}(int k, const float* restrict w, long ldw, const float* restrict x,
+                                     {", ".join(params)}, float* restrict out) {{
   plait_vf acc[{mr}][{nv}];
 #pragma GCC unroll {mr}
   for (int i = 0; i < {mr}; i++)
@@ -141,10 +149,10 @@ def _tile(mr: int, nv: int) -> str:
     plait_vf wv[{nv}];
 #pragma GCC unroll {nv}
     for (int v = 0; v < {nv}; v++) wv[v] = *(const plait_vf*)(w + p * ldw + v * {VW});
-    const float* xp = x + p * sxp;
+    const float* xp = {row};
 #pragma GCC unroll {mr}
     for (int i = 0; i < {mr}; i++) {{
-      float s = xp[i * sxi];
+      float s = {pixel};
 #pragma GCC unroll {nv}
       for (int v = 0; v < {nv}; v++) acc[i][v] += wv[v] * s;
     }}
@@ -286,51 +294,18 @@ def _write_back() -> str:
 def _stem_tiles(mr: int) -> str:
     """plait_irb_ktile<mr>: the register tile of a stem block's expand, tap p of pixel i read at x + koff[p] + i (a
     band split into the stride's column phases, gemm_c.DIRECT_BAND), one to NV channel vectors."""
-    tiles = ""
-    for nv in range(1, NV + 1):
-        tiles += f"""static inline void plait_irb_ktile{mr}x{nv}(int k, const float* restrict w, long ldw, const float* restrict x,
-                                      const int* restrict koff, float* restrict out) {{
-  plait_vf acc[{mr}][{nv}];
-#pragma GCC unroll {mr}
-  for (int i = 0; i < {mr}; i++)
-#pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_vf){{0}};
-  for (int p = 0; p < k; p++) {{
-    plait_vf wv[{nv}];
-#pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) wv[v] = *(const plait_vf*)(w + p * ldw + v * {VW});
-    const float* xp = x + koff[p];
-#pragma GCC unroll {mr}
-    for (int i = 0; i < {mr}; i++) {{
-      float s = xp[i];
-#pragma GCC unroll {nv}
-      for (int v = 0; v < {nv}; v++) acc[i][v] += wv[v] * s;
-    }}
-  }}
-#pragma GCC unroll {mr}
-  for (int i = 0; i < {mr}; i++)
-#pragma GCC unroll {nv}
-    for (int v = 0; v < {nv}; v++) *(plait_vf*)(out + (i * {nv} + v) * {VW}) = acc[i][v];
-}}
-"""
-    calls = "".join(
-        f"if (nv == {nv}) plait_irb_ktile{mr}x{nv}(k, w, ldw, x, koff, out);\n  else " for nv in range(NV, 1, -1)
-    )
-    return f"""{tiles}static inline void plait_irb_ktile{mr}(int nv, int k, const float* w, long ldw, const float* x,
-                                    const int* koff, float* out) {{
-  {calls}plait_irb_ktile{mr}x1(k, w, ldw, x, koff, out);
-}}
-"""
+    return "".join(_tile(mr, nv, _TAPS) for nv in range(1, NV + 1)) + _dispatch(mr, _TAPS)
 
 
-def _dispatch(mr: int) -> str:
-    """plait_irb_tile<mr>: the tile of mr pixels and nv (one to NV) channel vectors."""
-    calls = "".join(
-        f"if (nv == {nv}) plait_irb_tile{mr}x{nv}(k, w, ldw, x, sxp, sxi, out);\n  else " for nv in range(NV, 1, -1)
-    )
-    return f"""static inline void plait_irb_tile{mr}(int nv, int k, const float* w, long ldw, const float* x, long sxp,
-                                   long sxi, float* out) {{
-  {calls}plait_irb_tile{mr}x1(k, w, ldw, x, sxp, sxi, out);
+def _dispatch(mr: int, form: tuple[str, tuple[str, ...], str, str] = _STRIDED) -> str:
+    """<form's name><mr>: the tile of mr pixels and nv (one to NV) channel vectors."""
+    name, params = form[0], form[1]
+    args = ", ".join(p.split()[-1] for p in params)
+    calls = "".join(f"if (nv == {nv}) {name}{mr}x{nv}(k, w, ldw, x, {args}, out);\n  else " for nv in range(NV, 1, -1))
+    decl = ", ".join(p.replace(" restrict", "") for p in params)
+    return f"""static inline void {name}{mr}(int nv, int k, const float* w, long ldw, const float* x, {decl},
+                                   float* out) {{
+  {calls}{name}{mr}x1(k, w, ldw, x, {args}, out);
 }}
 """
 

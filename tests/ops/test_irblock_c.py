@@ -65,6 +65,17 @@ def _kinds(f: plait.jit, x: np.ndarray) -> list[str]:
     return [k.name.split("_")[0] for k in plan.kernels]
 
 
+def _check_runs(f: plait.jit, x: np.ndarray, kinds: list[str], ref: np.ndarray, what: str) -> None:
+    """The plan of `f` for `x` runs kernels of `kinds` and gives `ref`: as a team run (twice: a replay reads the weights
+    packed when the plan was built) and launched alone."""
+    plan, _ = f.plan_for([x])
+    assert [k.name.split("_")[0] for k in plan.kernels] == kinds
+    for _ in range(2):
+        assert_close(f(x), ref, "float32", what, tol_scale=10)
+    run_launches(plan.device, plan.launches)
+    assert_close(read(plan.device, plan.buffers[plan.outputs[0].uid], plan.outputs[0]), ref, "float32", what, 10)
+
+
 CASES = [  # input channels, expanded channels, output channels, images and plane (n, height, width), stride, residual
     # planes over 49 pixels: threads split the output rows, each expanding its strip's border rows
     (16, 96, 16, (14, 14), 1, True),  # mobilenet_v2-like, two panels of 48
@@ -91,14 +102,8 @@ def test_block_matches_torch(
     n, h, w = hw if len(hw) == 3 else (1, *hw)
     x, ws = rand((n, cin, h, w)), _weights(cin, c1, m2)
     f = _plait_block(ws, stride, residual)
-    plan, _ = f.plan_for([x])
-    assert [k.name.split("_")[0] for k in plan.kernels] == ["IRBLOCK"]
-    ref = _torch_block(x, ws, stride, residual)
     what = f"block {cin}->{c1}->{m2} {n}x{h}x{w} s{stride}, {team_size} threads"
-    for _ in range(2):
-        assert_close(f(x), ref, "float32", what, tol_scale=10)
-    run_launches(plan.device, plan.launches)
-    assert_close(read(plan.device, plan.buffers[plan.outputs[0].uid], plan.outputs[0]), ref, "float32", what, 10)
+    _check_runs(f, x, ["IRBLOCK"], _torch_block(x, ws, stride, residual), what)
 
 
 def test_weights_passed_per_call_keep_three_kernels() -> None:
@@ -194,14 +199,8 @@ def test_block_without_expand_matches_torch(
     ]
     x = rand((n, c1, h, w))
     f = _plait_dw_block(ws, stride, residual)
-    plan, _ = f.plan_for([x])
-    assert [k.name.split("_")[0] for k in plan.kernels] == ["E", "IRBLOCK"]
-    ref = _torch_dw_block(x, ws, stride, residual)
     what = f"block {c1}->{m2} {n}x{h}x{w} s{stride}, {team_size} threads"
-    for _ in range(2):
-        assert_close(f(x), ref, "float32", what, tol_scale=10)
-    run_launches(plan.device, plan.launches)
-    assert_close(read(plan.device, plan.buffers[plan.outputs[0].uid], plan.outputs[0]), ref, "float32", what, 10)
+    _check_runs(f, x, ["E", "IRBLOCK"], _torch_dw_block(x, ws, stride, residual), what)
 
 
 def _stem_block(ws: list[np.ndarray], stem_stride: int, stride: int) -> plait.jit:
@@ -252,11 +251,5 @@ def test_block_with_stem_matches_torch(
     ]
     x = rand((n, ci, h, w))
     f = _stem_block(ws, stem_stride, stride)
-    plan, _ = f.plan_for([x])
-    assert [k.name.split("_")[0] for k in plan.kernels] == ["IRBLOCK"]
-    ref = _torch_stem_block(x, ws, stem_stride, stride)
     what = f"stem block {ci}->{c1}->{m2} {n}x{h}x{w} s{stem_stride}/{stride}, {team_size} threads"
-    for _ in range(2):
-        assert_close(f(x), ref, "float32", what, tol_scale=10)
-    run_launches(plan.device, plan.launches)
-    assert_close(read(plan.device, plan.buffers[plan.outputs[0].uid], plan.outputs[0]), ref, "float32", what, 10)
+    _check_runs(f, x, ["IRBLOCK"], _torch_stem_block(x, ws, stem_stride, stride), what)
