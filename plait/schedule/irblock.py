@@ -1,6 +1,7 @@
 """Inverted-residual blocks fused into one cpu kernel at inference (plait/codegen/irblock_c.py): a 1x1 expand product,
 the 3x3 depthwise convolution that alone reads it and the 1x1 projection that alone reads that, each with its fused
-epilogue, become one item whose expanded tensor never goes to memory. Only plans that run constant work once (a
+epilogue, become one item whose expanded tensor never goes to memory (so do an image stem in the expand's place,
+and a depthwise window and projection alone). Only plans that run constant work once (a
 compiled inference plan: the weights are buffers, packed when the plan is built) take it; a training step keeps the
 three kernels, since its backward reads the expanded tensor."""
 
@@ -85,8 +86,9 @@ def _plan(e: Item | None, d: Item, p: Item) -> irblock_c.IRBlockPlan | None:
 def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
     """Replace each expand -> depthwise -> projection run of items (each product read only by the next, none an
     output) by one `irblock` item reading the block's input, the three weights packed at plan build (constant items)
-    and the three epilogues' buffers; a depthwise -> projection pair whose input no such expand product makes by one
-    reading the depthwise input (irblock_c.WITHOUT_EXPAND)."""
+    and the three epilogues' buffers. An image stem that alone makes the depthwise input stands in for the expand
+    product (irblock_c.WITH_STEM: the block reads the image); a depthwise -> projection pair whose input neither
+    makes becomes a block without an expand product, reading the depthwise input (irblock_c.WITHOUT_EXPAND)."""
     readers: dict[int, int] = {}
     for it in items:
         for x in it.inputs:
