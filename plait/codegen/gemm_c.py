@@ -31,6 +31,13 @@ KC_NARROW, NARROW_COLS = 4608, 128
 # A task's column chunk: at most CPAN_MAX panels of the register tile (8 x 48 columns: 384). 4 and 12 measured no
 # better than 8 on the Zen 5 host (1 MB L2), nor KC_MAX 128, 192 or 384 against 256 (docs/benchmarks.md).
 CPAN_MAX = 8
+# With fewer column chunks than 4 per thread, a product shrinks its chunks (down to 2 panels) before it splits rows,
+# but only while A has at most SHRINK_A_FLOATS floats (512 KB, the Zen 3 host's L2): every column task reads all of
+# A, so a larger A (resnet50's layer3 and layer4 weights at batch 1: 1-9 MB) was streamed from L3 once per chunk;
+# split rows stream it once per thread. resnet50 b1, two threads, `bench_far_ab.py` against a control plan: replays
+# 0.871 and 0.957 of the old rule's (controls 0.993 and 0.984), 1024x196x256 x 6 5.83-6.47 -> 4.85-5.19 ms; resnet18
+# b1 0.958 (control 1.009); mobilenet_v2, alexnet b1 and resnet50 b16 level (docs/benchmarks.md).
+SHRINK_A_FLOATS = 1 << 17
 # Software prefetches for operands that come from L3 or memory in short runs the hardware prefetcher misses (locality
 # hint, 0 = none): A_AHEAD fetches the next row block of A (weights, read in place) while the current one meets its
 # panels; PACK_AHEAD is how many channels ahead the packing of a 1x1 window's patch columns (a strided downsample)
@@ -749,7 +756,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
   long want = 4L * omp_get_num_threads(), cpan = panels < {CPAN_MAX} ? panels : {CPAN_MAX};
   /* more column tasks (down to 2 panels each) before rows split: split rows share one packing of all of B, which
      leaves L2 when B is large */
-  while (cpan > 2 && nb * ((panels + cpan - 1) / cpan) < want) cpan--;
+  while (cpan > 2 && (long)m * k <= {SHRINK_A_FLOATS}L && nb * ((panels + cpan - 1) / cpan) < want) cpan--;
   long ctasks = (panels + cpan - 1) / cpan;
   /* a task count the threads divide evenly (more column tasks, or when rows split more row tasks): the static
      schedule gave one of two threads 5 of 9 tasks (66 panels of 3136 columns; 3 x 3 over 196 columns) */

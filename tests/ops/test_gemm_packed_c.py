@@ -23,6 +23,10 @@ CASES = [  # batch, input channels, output channels, plane side, stride, window
     (1, 96, 130, 14, 2, 1),  # a strided 1x1 (the downsample's implicit GEMM), 49 columns
     (1, 64, 70, 15, 2, 3),  # a strided 3x3 over 576 patch rows, 64 columns
     (1, 512, 64, 13, 2, 3),  # a strided 3x3 over 4608 patch rows, 49 columns: the k-split driver at 2+ threads
+    # A over gemm_c.SHRINK_A_FLOATS with few column panels: the threads split rows (sharing one packing of B) rather
+    # than each stream all of A for narrower column chunks
+    (1, 256, 600, 14, 1, 1),  # 196 columns, 600 rows
+    (2, 512, 300, 7, 1, 1),  # two images' 49 columns merged, 300 rows
 ]
 
 
