@@ -458,7 +458,7 @@ def render(
     s3, r3, prm3 = _epilogue(r, epilogues[2], "y", p.images, p.m2, howo, "ch", "j")
     lines = -(-GP // 16)  # 64-byte lines (16 floats) of one packed panel's row
     expand = _expand(p, s1, r1) if p.expand else _copy_in(p)
-    stem_setup = "  long bandn = 0;\n"
+    stem_setup, band = "  long bandn = 0;\n", ""
     if p.stem is not None:  # the band of image rows a strip's stem rows read, split into the stride's phases
         ci, ih, iw, st = p.stem
         stem_setup = f"""  /* the stem's window over the image, its band of image rows for a strip of eh stem rows, the taps' offsets */
@@ -467,6 +467,7 @@ def render(
   long bandn = (long){ci} * band_rows * {st} * {_band_t(p)} + {2 * p.mr + 16};
   plait_dc_offsets(&sg, {p.cin}, band_rows, {_band_t(p)}, koff);
 """
+        band = "      float* band = parts + t * own + scratch - bandn; /* the split image rows, the same for every chunk */\n"
     body = f"""  const int cin = {p.cin}, c1 = {p.c1}, m2 = {p.m2}, m2p = {p.m2p}, h = {p.h}, w = {p.w}, ho = {p.ho}, wo = {p.wo};
   int threads = omp_get_num_threads(), vectors = c1 / {VW}, images = {p.images};
   /* several images, or wide planes, split by images and strips of output rows (each thread all channels, a strip's
@@ -508,9 +509,7 @@ def render(
       float* d = e + (long)(yb - ya + 1) * {wp} * cc;
       float* xt = d + (long)npx * cc;
       float* tile = xt + {mr} * (cin > cmax ? cin : cmax);
-      float* band = parts + t * own + scratch - bandn; /* a stem block's split image rows, the same for every chunk */
-      (void)band;
-      /* the zero border of the expanded strip (the depthwise window's padding) */
+{band}      /* the zero border of the expanded strip (the depthwise window's padding) */
       if (ya < 0) memset(e, 0, sizeof(float) * (size_t)({wp} * cc));
       if (yb >= h) memset(e + (long)(yb - ya) * {wp} * cc, 0, sizeof(float) * (size_t)({wp} * cc));
       for (int y = 0; y <= yb - ya; y++) {{

@@ -83,6 +83,21 @@ def _plan(e: Item | None, d: Item, p: Item) -> irblock_c.IRBlockPlan | None:
     return plan if chained and plan.c1 % irblock_c.GP == 0 and pixels <= MAX_PIXELS else None
 
 
+def _with_expand(e: Item, d: Item, p: Item) -> tuple[irblock_c.IRBlockPlan, tuple[Node, tuple[int, int, int]]] | None:
+    """The block with item `e` as its expand product (a 1x1 product, or an image stem: irblock_c.WITH_STEM) and e's
+    weight with its view (offset, row stride, column stride); None when `e` can be neither."""
+    plan = _plan(e, d, p)
+    if plan is None:
+        return None
+    w1 = _weight_1x1(e, plan.images)
+    if w1 is not None:
+        return plan, w1
+    stem = _stem(e, plan) if irblock_c.WITH_STEM else None
+    if stem is None or e.gemm is None:
+        return None
+    return replace(plan, stem=stem), (e.inputs[0], (e.gemm.a[0], e.gemm.a[2], e.gemm.a[3]))
+
+
 def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
     """Replace each expand -> depthwise -> projection run of items (each product read only by the next, none an
     output) by one `irblock` item reading the block's input, the three weights packed at plan build (constant items)
@@ -110,16 +125,14 @@ def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
             if j is not None and readers.get(items[j].out.uid) == 1 and items[j].out.uid not in outputs
             else None
         )
-        plan = None if e is None else _plan(e, d, p)
-        w1 = None if plan is None or e is None else _weight_1x1(e, plan.images)
-        stem = None if plan is None or e is None or w1 is not None or not irblock_c.WITH_STEM else _stem(e, plan)
-        if stem is not None and plan is not None and e is not None and e.gemm is not None:  # an image stem as expand
-            plan = replace(plan, stem=stem)
-            w1 = e.inputs[0], (e.gemm.a[0], e.gemm.a[2], e.gemm.a[3])
-        if (plan is None or w1 is None) and irblock_c.WITHOUT_EXPAND:
-            e, plan = None, _plan(None, d, p)
-        elif w1 is None:
-            plan = None
+        found = None if e is None else _with_expand(e, d, p)
+        plan: irblock_c.IRBlockPlan | None = None
+        w1: tuple[Node, tuple[int, int, int]] | None = None
+        if found is not None:
+            plan, w1 = found
+        else:
+            e = None
+            plan = _plan(None, d, p) if irblock_c.WITHOUT_EXPAND else None
         if plan is None:
             continue
         w2 = _weight_1x1(p, plan.images)
@@ -128,7 +141,7 @@ def fuse(items: list[Item], outputs: set[int]) -> list[Item]:
         ud = pointwise_weight(d.inputs[0], LanesPlan(plan.c1, 9, 1, plan.c1 // VW, (d.gemm.a[0], 9, 1)))
         u2 = pointwise_weight(w2[0], LanesPlan(plan.m2, plan.c1, 1, irblock_c.NV, w2[1]))
         weights = [(ud, d.inputs[0]), (u2, w2[0])]
-        if e is not None and w1 is not None:
+        if w1 is not None:
             weights.insert(0, (pointwise_weight(w1[0], LanesPlan(plan.c1, plan.cin, 1, irblock_c.NV, w1[1])), w1[0]))
         packs = [Item(u, [src], "custom", extra={"constant": True}) for u, src in weights]
         stages = [d, p] if e is None else [e, d, p]

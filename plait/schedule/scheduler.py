@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from plait import dtypes
 from plait.codegen import conv_s2_c, gemm_c, pointwise_c, stem_pool_c, winograd_c, winograd_cl
@@ -739,7 +739,7 @@ def _packed_gemm(items: list[Item]) -> list[Item]:
     for it in items:
         weight = it.inputs[0] if it.inputs else None
         tile = packed_tile(it.gemm) if it.kind == "gemm" and it.gemm is not None else None
-        if tile is None or weight is None or (weight.buffer is None and weight.uid not in made_once):
+        if tile is None or not _constant(weight, made_once):
             out.append(it)
             continue
         assert it.gemm is not None
@@ -754,6 +754,12 @@ def _packed_gemm(items: list[Item]) -> list[Item]:
 def _made_once(items: list[Item]) -> set[int]:
     """The outputs of items marked `constant` (work done once at plan build, e.g. a weight with batch norm folded in)."""
     return {it.out.uid for it in items if it.extra.get("constant")}
+
+
+def _constant(weight: Node | None, made_once: set[int]) -> TypeGuard[Node]:
+    """Whether `weight` is constant in the plan: a buffer of its own (a parameter, an ONNX initializer) or the output
+    of an item marked `constant` (`made_once`, from _made_once)."""
+    return weight is not None and (weight.buffer is not None or weight.uid in made_once)
 
 
 def _packed_lanes(it: Item, plan: pointwise_c.LanesPlan) -> list[Item]:
@@ -776,7 +782,7 @@ def _conv_s2(items: list[Item]) -> list[Item]:
     for it in items:
         weight = it.inputs[0] if it.inputs else None
         fits = it.kind == "gemm" and it.gemm is not None and conv_s2_c.fits(it.gemm)
-        if not fits or weight is None or (weight.buffer is None and weight.uid not in made_once):
+        if not fits or not _constant(weight, made_once):
             out.append(it)
             continue
         assert it.gemm is not None
@@ -808,7 +814,7 @@ def _stem_pool(items: list[Item], outputs: set[int]) -> list[Item]:
         if not stem_pool_c.fits(stem.gemm, stem.epilogue(), it.out.arg):
             continue
         weight, inputs = stem.inputs[0], list(stem.inputs)
-        once = weight.buffer is not None or weight.uid in made_once
+        once = _constant(weight, made_once)
         if once and stem_pool_c.packable(stem.gemm):
             packed = pointwise_weight(weight, stem_pool_c.pack_plan(stem.gemm))
             packs[i] = Item(packed, [weight], "custom", extra={"constant": True})
@@ -1045,14 +1051,14 @@ def _winograd(items: list[Item], constants_once: bool) -> list[Item]:
     is a buffer of its own (a model parameter, an ONNX initializer) is marked `constant`: it runs when the plan is
     built, not per replay (so is one of a weight that constant items compute, e.g. BN folded into it); elsewhere
     the transform's cost per call is part of the choice."""
-    made_once = {it.out.uid for it in items if it.extra.get("constant")}
+    made_once = _made_once(items)
     out: list[Item] = []
     for it in items:
         if it.kind != "gemm" or it.gemm is None:
             out.append(it)
             continue
         weight = it.inputs[0]
-        constant = constants_once and (weight.buffer is not None or weight.uid in made_once)
+        constant = constants_once and _constant(weight, made_once)
         plan = winograd_c.pick(it.gemm, constant)
         if plan is None:
             out.append(it)
