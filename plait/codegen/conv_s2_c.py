@@ -8,7 +8,8 @@ packing); each task splits a band of input rows into the stride's even and odd c
 PX output pixels are PX consecutive floats that the micro-kernel broadcasts; a panel's weights run in passes of
 `gemm_c.DIRECT_LANES_KC_BYTES` that stay in L1 over every row of the band; the band's sums go back to the NCHW planes
 through the VW x VW transposing store, and the fused epilogue runs on each panel's rows while they are in cache.
-Tasks are (image, band of rows, run of panels), so one image's 14x14 or 28x28 plane still feeds both threads.
+Tasks are (image, band of rows, run of panels), so one image's 14x14 or 28x28 plane still feeds both threads; where
+panels are split, a thread takes one run of panels over every band (S2_CHUNK_MAJOR).
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from plait.codegen.pointwise_c import LanesPlan
 
 S2_BAND_ROWS = 8  # output rows per band at most: bands are as even as that allows (28 rows: 4 bands of 7)
 S2_TASKS_PER_THREAD = 2  # tasks per thread a call aims for when its images' bands are fewer
+# With fewer bands than tasks wanted (batch 1), a call also splits the panels into runs; a thread's static run of
+# tasks then covers one run of panels over every band (chunk-major) instead of every panel over its bands, so each
+# thread streams only its share of the weights from memory (resnet50 b1's layer3 3x3/2: 2.4 MB, read by both threads
+# before) and splits each band once more. `bench_far_ab.py resnet50`, two threads, against a control plan: that
+# layer 2.31 -> 2.24 ms near and 2.27 -> 2.14 far (controls +0.04, +0.06); the others unchanged (docs/benchmarks.md).
+S2_CHUNK_MAJOR = 1
 S2_MIN_CIN = 16  # input channels from which the kernel runs (below, the stems' direct forms or the GEMM)
 # Output pixels per image from which the kernel runs: on 7x7 output planes (resnet's layer4) it was level with the
 # GEMM or behind (batch 1: 1.02-1.05x its time; batch 16: 0.96-1.07x inside whole replays, median 1.03, one
@@ -73,7 +80,7 @@ static void plait_conv_s2_@CV@x@PX@(long batch, long inner, int m, int n, int k,
   plait_dc_offsets(g, k, R, T, koff);
 #pragma omp for schedule(static) nowait
   for (long task = 0; task < batch * nb * chunks; task++) {
-    long band = task / chunks, bz = band / nb, ck = task % chunks;
+    long band = @CM@ ? task % (batch * nb) : task / chunks, bz = band / nb, ck = @CM@ ? task / (batch * nb) : task % chunks;
     int oy0 = (int)(band % nb) * br, rows = oh - oy0 < br ? oh - oy0 : br;
     int pa = (int)(panels * ck / chunks), pb = (int)(panels * (ck + 1) / chunks);
     if (band != have) {
@@ -110,6 +117,7 @@ def library(p: LanesPlan) -> str:
     """The shared C code of the stride-2 kernel with p's register tile (on gemm_c's band and lanes blocks)."""
     body = DRIVER.replace("@CV@", str(p.nv)).replace("@PX@", str(p.mr)).replace("@ROWS@", str(S2_BAND_ROWS))
     body = body.replace("@KCB@", str(gemm_c.DIRECT_LANES_KC_BYTES)).replace("@TPT@", str(S2_TASKS_PER_THREAD))
+    body = body.replace("@CM@", str(S2_CHUNK_MAJOR))
     band = gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(gemm_c.DIRECT_BAND)
     return band + gemm_c.lanes_blocks(p.nv, p.mr) + gemm_c.at_o2(body)
 

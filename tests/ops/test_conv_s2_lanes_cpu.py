@@ -2,7 +2,8 @@
 weights packed at plan build, bands of input rows split into even and odd columns, resnet's downsampling layers).
 Checked against PyTorch on odd and even planes, padding 0-2, rows of 14-29 pixels (partial and whole pixel tiles and
 VW x VW transposes), uneven bands, input channels that are not a multiple of the lanes, output channels that fill
-part of a panel, batches, a fused epilogue with a residual, and weights as plan inputs (the GEMM)."""
+part of a panel, batches, a fused epilogue with a residual, and weights as plan inputs (the GEMM), at one to three
+threads."""
 
 import numpy as np
 import pytest
@@ -44,7 +45,9 @@ def _conv(case, residual: bool):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_s2_lanes_matches_torch(case):
+def test_s2_lanes_matches_torch(case, team_size):
+    """At one, two and three threads: with fewer bands than tasks wanted, each thread takes a run of panels over
+    every band (S2_CHUNK_MAJOR), so every band is split by more than one thread."""
     got, want, names = _conv(case, residual=False)
     assert sum(name.startswith("S2CONV_") for name in names) == 1, names
     assert_close(got, want, "float32", f"stride-2 lanes conv {case}", tol_scale=10)
