@@ -29,6 +29,7 @@ from plait.codegen import conv_s2_c
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, export, twin
+from bench_team_steps import steal_ticks
 
 
 def build(model: str, x: np.ndarray, lanes: bool) -> tuple[Any, np.ndarray]:
@@ -42,11 +43,6 @@ def build(model: str, x: np.ndarray, lanes: bool) -> tuple[Any, np.ndarray]:
         return f.plan_for([x])[0], y
     finally:
         conv_s2_c.fits = saved
-
-
-def steal() -> int:
-    """The hypervisor's stolen ticks so far (the 8th number of /proc/stat's cpu line)."""
-    return int(Path("/proc/stat").read_text().split("\n")[0].split()[8])
 
 
 def layer_times(pa: Any, pb: Any, repeats: int, threads: int) -> list[tuple[str, float, float]]:
@@ -83,7 +79,7 @@ def main() -> None:
     fns = {"A": pa.run, "B": pb.run, "ORT": lambda: sess.run(None, {"x": x})}
     for fn in fns.values():
         fn()
-    s0, w0 = steal(), time.time()
+    s0, w0 = steal_ticks(), time.time()
     stat = "fewest thread CPU" if threads == 1 else "median wall"
     for name, ta, tb in layer_times(pa, pb, args.repeats, threads):
         print(f"  {name.rsplit('_', 1)[0]} ({stat} ms): GEMM {ta:.2f} -> lanes {tb:.2f} ({tb / ta:.3f})")
@@ -95,7 +91,7 @@ def main() -> None:
             fns[label]()
             times[label].append(clock() - t0)
         time.sleep(0.05)
-    share = (steal() - s0) / (100 * (os.cpu_count() or 1) * (time.time() - w0))
+    share = (steal_ticks() - s0) / (100 * (os.cpu_count() or 1) * (time.time() - w0))
     pick = min if threads == 1 else (lambda v: float(np.median(v)))
     got = {k: pick(v) * 1e3 for k, v in times.items()}
     rounds = float(np.median(np.array(times["B"]) / np.array(times["A"])))

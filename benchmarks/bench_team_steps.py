@@ -31,6 +31,7 @@ from bench_ort_nodes import node_kind
 from bench_source_ab import patched_compilers
 from bench_team_barrier import scheduling
 
+from plait.bench.env import cpu_ticks
 from plait.codegen.c import TEAM_SYNC
 from plait.runtime.cpu_team import TeamRun
 
@@ -67,8 +68,9 @@ void plait_run_team_stamped(int n, const plait_team_fn* fns, void* const* const*
 
 
 def steal_ticks() -> int:
-    """The host's stolen ticks so far (/proc/stat's first line, 8th field after "cpu")."""
-    return int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[8])
+    """The host's stolen ticks so far, of every CPU (plait.bench.env.cpu_ticks; 0 where /proc/stat is missing)."""
+    ticks = cpu_ticks()
+    return ticks[0] if ticks else 0
 
 
 def stamped_replays(

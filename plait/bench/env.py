@@ -75,6 +75,25 @@ def load_average() -> list[float]:
         return []
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(ticks the hypervisor stole, all ticks) of every CPU since boot, from /proc/stat's "cpu" line (user, nice,
+    system, idle, iowait, irq, softirq, steal; guest time is inside user); None where there is no such file."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(v) for v in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7], sum(fields)) if len(fields) == 8 else None
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the CPUs' time the hypervisor took between two cpu_ticks() readings (a guest's vCPU waiting
+    for a host core: the run's threads stood still for it); None without both readings or with no ticks between."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 # Two threads pinned to two CPUs hand one cache line back and forth: the round trip says how far apart the host put
 # those CPUs. A KVM guest's vCPUs move between host cores: on the 2-vCPU Zen 5 guest of 2026-11-23 the pair was
 # ~95 ns apart (one L3) or ~440 ns (separate L3s) for seconds to minutes at a time, and two-thread timings follow it

@@ -103,3 +103,15 @@ def test_cpu_pair_needs_two_cpus() -> None:
     code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); from plait.bench.env import cpu_pair_ns; print(cpu_pair_ns())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "None"
+
+
+def test_steal_share_from_cpu_ticks() -> None:
+    """The hypervisor's share of the CPUs' time between two /proc/stat readings (bench_onnx.py's "host steal %")."""
+    from plait.bench.env import cpu_ticks, steal_share
+
+    ticks = cpu_ticks()
+    if sys.platform.startswith("linux"):
+        assert ticks is not None and 0 <= ticks[0] <= ticks[1]
+    assert steal_share((10, 1000), (15, 1100)) == 0.05
+    assert steal_share((10, 1000), (10, 1000)) is None  # no ticks between the readings
+    assert steal_share(None, (15, 1100)) is None
