@@ -687,6 +687,8 @@ def schedule(
             realize.add(n.uid)
         if n.op == "expand" and cost.get(n.srcs[0].uid, 0) > 2 and n.srcs[0].uid not in realize:
             realize.add(n.srcs[0].uid)
+    if winograd and constants_once and SHORTCUT_AFFINES:
+        realize |= _branch_affines(order, users)
     for n in order:
         if n.op == "matmul":
             gemm_ops[n.uid] = _gemm_plan(n, realize)
@@ -727,6 +729,40 @@ def schedule(
     if winograd and constants_once:
         return _packed_gemm(_winograd(items, constants_once))
     return _winograd(items, constants_once) if winograd else items
+
+
+# The C device's inference plans store a shortcut's batch norm with its own product where two branches meet
+# (_branch_affines); measured in docs/benchmarks.md (seventeenth session).
+SHORTCUT_AFFINES = True
+
+
+def _product_affine(n: Node, users: dict[int, int]) -> bool:
+    """Whether `n` is a per-channel affine of a product that only it reads: product (through reshapes) times a
+    broadcast vector, plus a broadcast vector (an inference batch norm after a convolution)."""
+    if n.op != "add" or users.get(n.uid, 0) != 1:
+        return False
+    mul = next((s for s in n.srcs if s.op == "mul"), None)
+    if mul is None or users.get(mul.uid, 0) != 1 or not any(s.op == "expand" for s in n.srcs if s is not mul):
+        return False
+    x = next((s for s in mul.srcs if s.op != "expand"), None)
+    if x is None or not any(s.op == "expand" for s in mul.srcs if s is not x):
+        return False
+    while x.op == "reshape" and not x.realized and users.get(x.uid, 0) == 1:
+        x = x.srcs[0]
+    return x.op == "matmul" and not x.realized and users.get(x.uid, 0) == 1
+
+
+def _branch_affines(order: list[Node], users: dict[int, int]) -> set[int]:
+    """Where two products meet at an add, each through its own per-channel affine (resnet's downsampling blocks at
+    inference: the main branch's and the shortcut's batch norms), the second branch's affine, to be stored by its own
+    product (its epilogue). The add then reads it as a plain residual, which the first product carries in C
+    (gemm.carried_residual takes a residual only unscaled); inlined, the shortcut's raw product was read again beside
+    C and scaled in the epilogue."""
+    out: set[int] = set()
+    for n in order:
+        if n.op == "add" and len(n.srcs) == 2 and all(_product_affine(s, users) for s in n.srcs):
+            out.add(n.srcs[1].uid)
+    return out
 
 
 def _packed_gemm(items: list[Item]) -> list[Item]:

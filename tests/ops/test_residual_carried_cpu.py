@@ -1,6 +1,7 @@
 """A cpu GEMM whose epilogue adds a residual takes the residual's storage for C (plan.Plan._carried): C holds the
 residual on entry, the product is added to it and the epilogue drops the residual's term. Checked against PyTorch
-on residual blocks (one k block and several, fringe columns, merged images), and checked not to happen where the
+on residual blocks (one k block and several, fringe columns, merged images, a downsampling block whose shortcut
+has a batch norm of its own), and checked not to happen where the
 residual is read again later, is a plan input, is the GEMM's own operand, or is kept for a backward pass."""
 
 import numpy as np
@@ -152,3 +153,34 @@ def test_carried_residual_with_row_scale_matches_torch(batch, hw):
     h = TF.conv2d(r, tw1).relu()
     y = (TF.conv2d(h, tw) * ts.reshape(1, cout, 1, 1) + tt.reshape(1, cout, 1, 1) + r).relu()
     assert_close(out, TF.conv2d(y, tw1).numpy(), "float32", f"scaled residual block b{batch} {hw}x{hw}")
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_shortcut_with_its_own_batch_norm_is_carried(stride):
+    """resnet's downsampling block at inference, relu(bn(conv1x1(r)) + bn_s(conv1x1_s(x))): the shortcut's batch norm
+    is stored by the shortcut's own product (scheduler._branch_affines), and the main product carries it in C
+    instead of reading the shortcut's raw product beside C and scaling it in the epilogue."""
+    x, ws = rand((2, 16, 23, 23)), _weights(16, 64)
+    ws_s = rand((64, 16, 1, 1), seed=6) * np.float32(0.25)
+    stats = [rand((64,), seed=s, low=lo, high=hi) for s, lo, hi in ((7, -1, 1), (8, 0.5, 2), (9, 0.5, 2), (10, -1, 1))]
+    pw = [plait.tensor(a, device="cpu") for a in (*ws, ws_s, *stats)]
+    tw = [torch.from_numpy(a) for a in (*ws, ws_s, *stats)]
+
+    def block(t, p, conv, bn, relu):
+        w0, w1, _, _, w_s, mean, var, gamma, beta = p
+        r = relu(conv(t, w0, None, stride))
+        main = bn(conv(relu(conv(r, w1, None, 1)), w0, None, 1), mean, var, gamma, beta)
+        short = bn(conv(t, w_s, None, stride), var - 0.25, mean.abs() + 0.5, beta, gamma)
+        return conv(relu(main + short), w1, None, 1)  # (the block's output is not the plan's: it can share storage)
+
+    def pbn(v, mean, var, gamma, beta):
+        return F.batch_norm(v, mean, var, gamma, beta, training=False)
+
+    def tbn(v, mean, var, gamma, beta):
+        return TF.batch_norm(v, mean, var, gamma, beta, training=False)
+
+    f = plait.jit(lambda t: block(t, pw, F.conv2d, pbn, lambda v: v.relu()), device="cpu")
+    out = np.asarray(f(x))
+    want = block(torch.from_numpy(x), tw, TF.conv2d, tbn, torch.relu).numpy()
+    assert_close(out, want, "float32", f"downsampling block with a batch norm on both branches, stride {stride}")
+    assert len(_carried(f.plan_for([x])[0])) == 1
