@@ -413,6 +413,8 @@ def _expand(p: IRBlockPlan, s1: str, r1: str) -> str:
          prefetched into L2 meanwhile, a share per pixel tile) over every tile of {mr} pixels, each tile's sums
          through the expand's epilogue into the bordered strip; a thread's run of vectors may start and end inside a
          panel, so that two threads split 144 channels 64:80, not 48:96 */
+      int tiles = (qb - qa + {mr - 1}) / {mr};
+      long step = (cin * {lines} + tiles - 1) / (tiles > 0 ? tiles : 1); /* the next panel's lines per tile */
       plait_irb_prefetch(U1 + (long)(cv / {NV}) * cin * {GP}, 0, cin * {lines});
       for (int g = 0, nv; g < nvc; g += nv) {{
         int off = (cv + g) % {NV};
@@ -501,8 +503,8 @@ def render(
     /* the strip's bordered rows ya..yb of the expanded plane (row -1 and row h are the zero border), its pixels
        qa..qb of the input, its npx output pixels from obase */
     int ya = oy0 * {p.stride} - 1, yb = (oy1 - 1) * {p.stride} + 1, npx = (oy1 - oy0) * wo;
-    int qa = (ya < 0 ? 0 : ya) * w, qb = (yb < h ? yb + 1 : h) * w, tiles = (qb - qa + {mr - 1}) / {mr};
-    long obase = (long)oy0 * wo, step = (cin * {lines} + tiles - 1) / (tiles > 0 ? tiles : 1);
+    int qa = (ya < 0 ? 0 : ya) * w, qb = (yb < h ? yb + 1 : h) * w;
+    long obase = (long)oy0 * wo;
     for (int cv = v0; cv < v1 && oy0 < oy1; cv += chunkv) {{
       int nvc = v1 - cv < chunkv ? v1 - cv : chunkv, cc = nvc * {VW}, c0 = cv * {VW};
       float* e = parts + t * own;
