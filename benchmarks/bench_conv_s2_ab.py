@@ -25,11 +25,11 @@ os.environ.setdefault("PLAIT_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
 import numpy as np
 import onnxruntime as ort
 
+from plait.bench.env import cpu_ticks, steal_text
 from plait.codegen import conv_s2_c
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS, export, twin
-from bench_team_steps import steal_ticks
 
 
 def build(model: str, x: np.ndarray, lanes: bool) -> tuple[Any, np.ndarray]:
@@ -79,7 +79,7 @@ def main() -> None:
     fns = {"A": pa.run, "B": pb.run, "ORT": lambda: sess.run(None, {"x": x})}
     for fn in fns.values():
         fn()
-    s0, w0 = steal_ticks(), time.time()
+    ticks = cpu_ticks()
     stat = "fewest thread CPU" if threads == 1 else "median wall"
     for name, ta, tb in layer_times(pa, pb, args.repeats, threads):
         print(f"  {name.rsplit('_', 1)[0]} ({stat} ms): GEMM {ta:.2f} -> lanes {tb:.2f} ({tb / ta:.3f})")
@@ -91,14 +91,14 @@ def main() -> None:
             fns[label]()
             times[label].append(clock() - t0)
         time.sleep(0.05)
-    share = (steal_ticks() - s0) / (100 * (os.cpu_count() or 1) * (time.time() - w0))
+    stolen = steal_text(ticks, cpu_ticks())
     pick = min if threads == 1 else (lambda v: float(np.median(v)))
     got = {k: pick(v) * 1e3 for k, v in times.items()}
     rounds = float(np.median(np.array(times["B"]) / np.array(times["A"])))
     print(f"whole replays ({stat} ms): " + ", ".join(f"{k} {v:.2f}" for k, v in got.items()))
     print(
         f"plait / ORT: A {got['A'] / got['ORT']:.3f}, B {got['B'] / got['ORT']:.3f}; B / A {got['B'] / got['A']:.3f}, "
-        f"median per round {rounds:.3f}; steal {share:.1%}; load at the end {os.getloadavg()}"
+        f"median per round {rounds:.3f}; steal {stolen}; load at the end {os.getloadavg()}"
     )
 
 

@@ -29,6 +29,7 @@ os.environ.setdefault("PLAIT_NUM_THREADS", "1")
 import numpy as np
 import onnxruntime as ort
 
+from plait.bench.env import cpu_ticks
 from plait.codegen import conv_s2_c, gemm_c, pointwise_c, stem_pool_c
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -136,8 +137,7 @@ def main() -> None:
     ap.add_argument("--ort", action="store_true", help="ONNX Runtime's run of the exported net takes turns too")
     ap.add_argument("--show", type=float, default=3.0, help="list kernels whose best variant differs by this %%")
     args = ap.parse_args()
-    with open("/proc/stat") as fh:
-        steal0 = int(fh.readline().split()[8])
+    ticks0 = cpu_ticks()
     print(f"{args.model} b{args.batch}, load {os.getloadavg()}")
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
     plans: dict[str, Any] = {}
@@ -188,9 +188,9 @@ def main() -> None:
             f"  whole replays ({'median wall' if pick is np.median else 'fewest thread CPU'} ms, median ratio to base "
             f"per round): {cells}"
         )
-    with open("/proc/stat") as fh:
-        steal1 = int(fh.readline().split()[8])
-    print(f"steal ticks {steal1 - steal0}, load at the end {os.getloadavg()}")
+    ticks1 = cpu_ticks()
+    stolen = ticks1[0] - ticks0[0] if ticks0 and ticks1 else "n/a"
+    print(f"steal ticks {stolen}, load at the end {os.getloadavg()}")
 
 
 if __name__ == "__main__":

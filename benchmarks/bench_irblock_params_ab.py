@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from plait.bench.env import cpu_ticks, steal_share
 from plait.codegen import irblock_c
 from plait.schedule import plan as plan_module
 
@@ -31,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import twin
 from bench_onnx_kernels import interleaved_kernel_times
 from bench_team_barrier import scheduling
-from bench_team_steps import steal_ticks
 from rev_module import module_at
 
 
@@ -67,7 +67,7 @@ def main() -> None:
     old = module_at(args.a_rev, "plait/codegen/irblock_c.py", "irblock_c_old") if args.a_rev else irblock_c
     (pa, ya), (pb, yb) = build(x, args.model, {}, old), build(x, args.model, sets)
     plans = {"A": pa, "B": pb}
-    s0, w0 = steal_ticks(), time.perf_counter()
+    ticks = cpu_ticks()
     out: dict[str, Any] = {
         "model": args.model,
         "batch": args.batch,
@@ -104,7 +104,8 @@ def main() -> None:
         scheduling(os.SCHED_OTHER, 0)
     for label, t in reps.items():
         out[f"replay {label} ms [median, q1, q3]"] = [round(float(np.percentile(t, q)), 3) for q in (50, 25, 75)]
-    out["steal"] = round((steal_ticks() - s0) / (100 * (os.cpu_count() or 1) * (time.perf_counter() - w0)), 4)
+    share = steal_share(ticks, cpu_ticks())
+    out["steal"] = None if share is None else round(share, 4)
     out["load at end"] = os.getloadavg()[0]
     print(json.dumps(out))
 

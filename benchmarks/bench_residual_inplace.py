@@ -26,6 +26,7 @@ import torch
 
 import plait
 import plait.nn.functional as F
+from plait.bench.env import cpu_ticks, steal_text
 from plait.codegen import gemm_c
 from plait.schedule.plan import Plan
 
@@ -71,12 +72,6 @@ def build(form: str, x: np.ndarray, w: np.ndarray, b: np.ndarray, r: np.ndarray)
     return plan
 
 
-def steal_ticks() -> int:
-    """The host's stolen ticks so far (the 8th value after "cpu" in /proc/stat)."""
-    with open("/proc/stat") as fh:
-        return int(fh.readline().split()[8])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=1)
@@ -95,13 +90,13 @@ def main() -> None:
     threads = int(os.environ["OMP_NUM_THREADS"])
     clock = time.thread_time if threads == 1 else time.perf_counter
     times: dict[str, list[float]] = {f: [] for f in forms}
-    s0, w0 = steal_ticks(), time.time()
+    ticks = cpu_ticks()
     for k in range(args.rounds):
         for f in forms if k % 2 == 0 else forms[::-1]:
             t0 = clock()
             plans[f].run()
             times[f].append(clock() - t0)
-    steal = (steal_ticks() - s0) / (100 * (os.cpu_count() or 1) * (time.time() - w0))
+    steal = steal_text(ticks, cpu_ticks())
     print(f"{plans['epilogue'].kernels[0].name}, {threads} thread(s), {args.rounds} rounds")
     base = np.array(times["epilogue"])
     for f in forms:
@@ -110,7 +105,7 @@ def main() -> None:
             f"  {f:8s} fewest {t.min() * 1e3:8.3f} ms  median {np.median(t) * 1e3:8.3f} ms  "
             f"fewest / epilogue's {t.min() / base.min():.3f}  median per round {np.median(t / base):.3f}"
         )
-    print(f"load average {os.getloadavg()[0]:.2f}, steal {steal:.1%} of the cores")
+    print(f"load average {os.getloadavg()[0]:.2f}, steal {steal} of the cores")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ os.environ.setdefault("PLAIT_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
 import numpy as np
 import onnxruntime as ort
 
+from plait.bench.env import cpu_ticks, steal_text
 from plait.schedule import scheduler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -75,12 +76,6 @@ def ort_stem(model: str, x: np.ndarray, rounds: int, threads: int) -> tuple[floa
     return best["conv"], best["pool"]
 
 
-def steal() -> int:
-    """Stolen ticks of all cpus so far (/proc/stat)."""
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8])
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", choices=MODELS)
@@ -100,7 +95,7 @@ def main() -> None:
     clock = time.thread_time if one else time.perf_counter
     part: dict[str, list[float]] = {k: [] for k in plans}
     whole: dict[str, list[float]] = {k: [] for k in plans}
-    s0, t0 = steal(), time.monotonic()
+    ticks = cpu_ticks()
     for r in range(args.rounds + 1):
         for name in list(plans) if r % 2 == 0 else list(plans)[::-1]:
             plan, at = plans[name]
@@ -112,10 +107,10 @@ def main() -> None:
             if r:
                 part[name].append(sum(times[i] for i in at) * 1e3)
                 whole[name].append(sum(times) * 1e3)
-    lost = (steal() - s0) / (100 * (os.cpu_count() or 1) * (time.monotonic() - t0))
+    lost = steal_text(ticks, cpu_ticks())
     print(
         f"{args.model} b{args.batch}, {os.environ['PLAIT_NUM_THREADS']} thread(s), load {os.getloadavg()[0]:.2f}, "
-        f"steal {lost:.1%}"
+        f"steal {lost}"
     )
     if args.ort:
         conv, pool = ort_stem(args.model, x, args.rounds, int(os.environ["PLAIT_NUM_THREADS"]))

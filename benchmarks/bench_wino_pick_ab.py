@@ -35,14 +35,8 @@ from rev_module import module_at
 import plait.graph.ops.winograd as winograd_ops
 import plait.schedule.plan as plan_module
 import plait.schedule.scheduler as scheduler
+from plait.bench.env import cpu_ticks, steal_text
 from plait.codegen import winograd_c
-
-
-def steal() -> tuple[int, int]:
-    """(steal ticks, all ticks) of the machine so far, from /proc/stat's first line."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return v[7], sum(v[:8])
 
 
 def _owner(name: str) -> tuple[Any, str]:
@@ -104,7 +98,7 @@ def main() -> None:
     names = [[k.name for k in p.kernels] for p in plans]
     assert len(names[0]) == len(names[1]), "the variants' plans have different kernel counts"
     differ = [i for i, (a, b) in enumerate(zip(*names, strict=True)) if a != b]
-    s0, l0 = steal(), os.getloadavg()[0]
+    ticks, l0 = cpu_ticks(), os.getloadavg()[0]
     if args.fifo:
         scheduling(os.SCHED_FIFO, 1)
     times: list[dict[int, list[float]]] = [{i: [] for i in differ} for _ in plans]
@@ -126,11 +120,10 @@ def main() -> None:
             replays[v].append(time.perf_counter() - t0)
     if args.fifo:
         scheduling(os.SCHED_OTHER, 0)
-    s1 = steal()
-    share = (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
+    stolen = steal_text(ticks, cpu_ticks())
     print(
         f"{args.model} b{args.batch}, {args.threads} threads: A = {' '.join(args.old)} {args.a_rev}, B = as it is; load {l0:.2f} -> "
-        f"{os.getloadavg()[0]:.2f}, steal {100 * share:.1f}% of the run"
+        f"{os.getloadavg()[0]:.2f}, steal {stolen} of the run"
     )
     total = [0.0, 0.0]
     for i in differ:

@@ -42,14 +42,10 @@ def old_threshold() -> Iterator[None]:
         winograd_c.PER_CALL_MIN_POSITIONS = saved
 
 
-def steal() -> tuple[int, float]:
-    """(stolen ticks of all cpus, now): /proc/stat's first line, its 8th value after "cpu"."""
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8]), time.monotonic()
-
-
 def main() -> None:
     import torch
+
+    from plait.bench.env import cpu_ticks, steal_text
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet18")
@@ -68,7 +64,7 @@ def main() -> None:
         steps["torch"], firsts["torch"] = ab.torch_step(name, args.batch)
         times: dict[str, list[float]] = {k: [] for k in steps}
         cpu: dict[str, list[float]] = {k: [] for k in steps}
-        load, (s0, t0) = [os.getloadavg()[0]], steal()
+        load, ticks = [os.getloadavg()[0]], cpu_ticks()
         for _ in range(args.rounds):
             for k, f in steps.items():
                 t, c = time.perf_counter(), time.process_time()
@@ -76,12 +72,11 @@ def main() -> None:
                 times[k].append((time.perf_counter() - t) * 1e3)
                 cpu[k].append((time.process_time() - c) * 1e3)
         load.append(os.getloadavg()[0])
-        s1, t1 = steal()
-        share = (s1 - s0) / (os.sysconf("SC_CLK_TCK") * os.cpu_count() * (t1 - t0))  # type: ignore[operator]
+        stolen = steal_text(ticks, cpu_ticks())
         med = {k: statistics.median(v) for k, v in times.items()}
         print(
             f"== {name} b{args.batch}, {args.threads} threads, {args.rounds} rounds,"
-            f" load {load[0]:.1f}-{load[1]:.1f}, steal {share:.1%}"
+            f" load {load[0]:.1f}-{load[1]:.1f}, steal {stolen}"
         )
         print("first loss: " + ", ".join(f"{k} {v:.5f}" for k, v in firsts.items()))
         for k in steps:

@@ -51,26 +51,16 @@ def old_form() -> Iterator[None]:
         plan._RECIPES.clear()
 
 
-def steal() -> tuple[int, float]:
-    """(stolen ticks of all cpus, now): /proc/stat's first line, its 8th value after "cpu"."""
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8]), time.monotonic()
-
-
-def share(s0: int, t0: float) -> float:
-    """The steal share of both cpus since (s0, t0)."""
-    s1, t1 = steal()
-    return (s1 - s0) / (os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1) * (t1 - t0))
-
-
 def kernels_ab(name: str, batch: int, rounds: int) -> None:
     """Per-kernel minima of both steps' kernels, run alone in turns."""
+    from plait.bench.env import cpu_ticks, steal_text
+
     kab = _module("train_kernels_ab")
     steps = {"new": kab.kernels(name, batch, [])}
     with old_form():
         steps["old"] = kab.kernels(name, batch, [])
     best = {k: [float("inf")] * len(v) for k, v in steps.items()}
-    load, (s0, t0) = [os.getloadavg()[0]], steal()
+    load, ticks = [os.getloadavg()[0]], cpu_ticks()
     for _ in range(rounds):
         for k, ks in steps.items():
             for i, (_, fn) in enumerate(ks):
@@ -78,7 +68,9 @@ def kernels_ab(name: str, batch: int, rounds: int) -> None:
                 fn()
                 best[k][i] = min(best[k][i], time.process_time() - t)
     load.append(os.getloadavg()[0])
-    print(f"== {name} b{batch} kernels, {rounds} rounds, load {load[0]:.1f}-{load[1]:.1f}, steal {share(s0, t0):.1%}")
+    print(
+        f"== {name} b{batch} kernels, {rounds} rounds, load {load[0]:.1f}-{load[1]:.1f}, steal {steal_text(ticks, cpu_ticks())}"
+    )
     kinds: dict[str, dict[str, float]] = {}
     for k, ks in steps.items():
         by: dict[str, float] = defaultdict(float)
@@ -93,6 +85,8 @@ def kernels_ab(name: str, batch: int, rounds: int) -> None:
 
 def steps_ab(name: str, batch: int, rounds: int) -> None:
     """Whole steps of new, old and PyTorch eager in turns."""
+    from plait.bench.env import cpu_ticks, steal_text
+
     ab = _module("train_step_ab")
     steps: dict[str, Callable[[], Any]] = {}
     firsts: dict[str, float] = {}
@@ -102,7 +96,7 @@ def steps_ab(name: str, batch: int, rounds: int) -> None:
     steps["torch"], firsts["torch"] = ab.torch_step(name, batch)
     times: dict[str, list[float]] = {k: [] for k in steps}
     cpu: dict[str, list[float]] = {k: [] for k in steps}
-    load, (s0, t0) = [os.getloadavg()[0]], steal()
+    load, ticks = [os.getloadavg()[0]], cpu_ticks()
     for _ in range(rounds):
         for k, f in steps.items():
             t, c = time.perf_counter(), time.process_time()
@@ -110,7 +104,9 @@ def steps_ab(name: str, batch: int, rounds: int) -> None:
             times[k].append((time.perf_counter() - t) * 1e3)
             cpu[k].append((time.process_time() - c) * 1e3)
     load.append(os.getloadavg()[0])
-    print(f"== {name} b{batch}, {rounds} rounds, load {load[0]:.1f}-{load[1]:.1f}, steal {share(s0, t0):.1%}")
+    print(
+        f"== {name} b{batch}, {rounds} rounds, load {load[0]:.1f}-{load[1]:.1f}, steal {steal_text(ticks, cpu_ticks())}"
+    )
     print("first loss: " + ", ".join(f"{k} {v:.5f}" for k, v in firsts.items()))
     med = {k: statistics.median(v) for k, v in times.items()}
     for k in steps:

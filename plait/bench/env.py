@@ -94,6 +94,12 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
     return (after[0] - before[0]) / (after[1] - before[1])
 
 
+def steal_text(before: tuple[int, int] | None, after: tuple[int, int] | None) -> str:
+    """steal_share as a percentage for a benchmark's printout ("n/a" where it is unknown)."""
+    share = steal_share(before, after)
+    return "n/a" if share is None else f"{share:.1%}"
+
+
 # Two threads pinned to two CPUs hand one cache line back and forth: the round trip says how far apart the host put
 # those CPUs. A KVM guest's vCPUs move between host cores: on the 2-vCPU Zen 5 guest of 2026-11-23 the pair was
 # ~95 ns apart (one L3) or ~440 ns (separate L3s) for seconds to minutes at a time, and two-thread timings follow it

@@ -107,7 +107,7 @@ def test_cpu_pair_needs_two_cpus() -> None:
 
 def test_steal_share_from_cpu_ticks() -> None:
     """The hypervisor's share of the CPUs' time between two /proc/stat readings (bench_onnx.py's "host steal %")."""
-    from plait.bench.env import cpu_ticks, steal_share
+    from plait.bench.env import cpu_ticks, steal_share, steal_text
 
     ticks = cpu_ticks()
     if sys.platform.startswith("linux"):
@@ -115,3 +115,4 @@ def test_steal_share_from_cpu_ticks() -> None:
     assert steal_share((10, 1000), (15, 1100)) == 0.05
     assert steal_share((10, 1000), (10, 1000)) is None  # no ticks between the readings
     assert steal_share(None, (15, 1100)) is None
+    assert steal_text((10, 1000), (15, 1100)) == "5.0%" and steal_text(None, None) == "n/a"
