@@ -44,16 +44,27 @@ ROW_MIN_COUNT = 4  # ... and at least this many rows to share among threads
 
 
 def _value_at_r(
-    b: ExprBuilder, src: Node, ocs: list[str], axes: tuple[int, ...], red: tuple[int, ...]
+    b: ExprBuilder,
+    src: Node,
+    ocs: list[str],
+    axes: tuple[int, ...],
+    red: tuple[int, ...],
+    linear: str | None = None,
 ) -> tuple[str, list[str]]:
     """`src` at output coordinates `ocs` with the reduced axes at linear position `r`: the value's expression and
-    the statements computing it, kept apart from b's lines (they go inside the reduction loop)."""
-    vs, inner = _values_at_r(b, src, [ocs], axes, red)
+    the statements computing it, kept apart from b's lines (they go inside the reduction loop). `linear`, where
+    given, is the same position as src's linear index."""
+    vs, inner = _values_at_r(b, src, [ocs], axes, red, linear)
     return vs[0], inner
 
 
 def _values_at_r(
-    b: ExprBuilder, src: Node, ocss: list[list[str]], axes: tuple[int, ...], red: tuple[int, ...]
+    b: ExprBuilder,
+    src: Node,
+    ocss: list[list[str]],
+    axes: tuple[int, ...],
+    red: tuple[int, ...],
+    linear: str | None = None,
 ) -> tuple[list[str], list[str]]:
     """`_value_at_r` at several output coordinates in one loop body: loads the values share (the same buffer at
     the same position) are made once."""
@@ -66,7 +77,7 @@ def _values_at_r(
         full = list(ocs)
         for a, c in zip(axes, rcs, strict=True):
             full[a] = c
-        vs.append(b.value(src, Idx(src.shape, coords=full)))
+        vs.append(b.value(src, Idx(src.shape, linear=linear, coords=full)))
     b.lines, b.cache = saved_lines, saved_cache
     return vs, inner
 
@@ -327,7 +338,13 @@ class CStyleRenderer:
             )
         else:
             lo, hi, step = "0", str(total), "1"
-        v, inner = _value_at_r(b, src, ocs, axes, red)
+        if axes == tuple(range(len(src.shape) - len(axes), len(src.shape))):
+            # the reduced axes are the innermost: position r of output o is element o * total + r of src, one
+            # linear index (not r split into the axes' coordinates and put back together, which kept a contiguous
+            # mean over a 7x7 plane from vectorizing: 4.5x slower)
+            v, inner = _value_at_r(b, src, ocs, axes, red, f"({o} * {total} + r)")
+        else:
+            v, inner = _value_at_r(b, src, ocs, axes, red)
         if is_arg:
             cmp = ">" if op == "argmax" else "<"
             # the first NaN wins, like NumPy (once acc is NaN no comparison succeeds)

@@ -93,3 +93,20 @@ def test_reduction_of_a_fused_expression_and_of_views(device):
     ]
     for i, (got, want) in enumerate(cases):
         assert_close(got.numpy(), want, "float32", f"reduction {i} of an expression or view on {device}")
+
+
+def test_mean_over_inner_axes_of_a_fused_expression(device):
+    """A global average pool's shape of reduction (the innermost axes, read at one linear index) over an expression
+    mixing full-size operands, a transposed view and a per-channel broadcast, as a network's head fuses them."""
+    x, res = rand((3, 8, 5, 7), "float32", seed=7), rand((3, 8, 7, 5), "float32", seed=8)
+    scale, shift = rand((8, 1, 1), "float32", seed=9), rand((8, 1, 1), "float32", seed=10)
+    t, r = plait.tensor(x, device=device), plait.tensor(res, device=device)
+    s, b = plait.tensor(scale, device=device), plait.tensor(shift, device=device)
+    pre = x * scale + shift + res.transpose(0, 1, 3, 2)
+    cases = [
+        ((t * s + b + r.permute(0, 1, 3, 2)).relu().mean(axis=(2, 3)), np.maximum(pre, 0).mean(axis=(2, 3))),
+        ((t * s + b).sum(axis=(1, 2, 3)), (x * scale + shift).sum(axis=(1, 2, 3))),
+        ((t * s).max(axis=-1, keepdims=True), (x * scale).max(axis=-1, keepdims=True)),
+    ]
+    for i, (got, want) in enumerate(cases):
+        assert_close(got.numpy(), want, "float32", f"inner-axes reduction {i} on {device}")
