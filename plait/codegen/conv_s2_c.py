@@ -20,6 +20,12 @@ from plait.codegen import gemm_c
 from plait.codegen.pointwise_c import LanesPlan
 
 S2_BAND_ROWS = 8  # output rows per band at most: bands are as even as that allows (28 rows: 4 bands of 7)
+# The same where the images alone give every thread S2_TASKS_PER_THREAD tasks (batch 16): a band is a whole plane of
+# up to 28 rows, so a thread streams the weights (resnet50's layer3: 2.4 MB) once per image, not once per band of 8
+# rows. `benchmarks/bench_kernel_pairs.py resnet50 --batch 16 --b conv_s2_c.S2_BATCH_BAND_ROWS=8 --prefix S2CONV`,
+# two threads, paired per-round ratios of bands of 8 to these: layer2 1.043, layer3 1.019 (controls 1.001, 1.007);
+# earlier runs the other way round 0.939/0.934 (resnet50), 0.977/0.965 (resnet18), 0.895/0.930 at one thread.
+S2_BATCH_BAND_ROWS = 28
 S2_TASKS_PER_THREAD = 2  # tasks per thread a call aims for when its images' bands are fewer
 # With fewer bands than tasks wanted (batch 1), a call also splits the panels into runs; a thread's static run of
 # tasks then covers one run of panels over every band (chunk-major) instead of every panel over its bands, so each
@@ -65,12 +71,14 @@ static void plait_conv_s2_@CV@x@PX@(long batch, long inner, int m, int n, int k,
                                   void* const* extra) {
   enum { CV = @CV@, PX = @PX@, L = PLAIT_VW, CW = CV * L };
   int ow = g->ow, oh = n / ow, cin = k / (g->kh * g->kw), sw = g->sw, panels = (m + CW - 1) / CW;
-  int nb = (oh + @ROWS@ - 1) / @ROWS@, br = (oh + nb - 1) / nb;
+  long want = @TPT@L * omp_get_num_threads();
+  int most = batch >= want ? @BROWS@ : @ROWS@; /* rows per band at most: whole planes where images feed the threads */
+  int nb = (oh + most - 1) / most, br = (oh + nb - 1) / nb;
   nb = (oh + br - 1) / br;
   int passes = (int)(((long)k * CW * 4 + @KCB@ - 1) / @KCB@), kc = (k + passes - 1) / passes;
   int TW = ((ow + PX - 1) / PX * PX + L - 1) / L * L;
   int R = (br - 1) * g->sh + (g->kh - 1) * g->dh + 1, T = (ow + PX - 1) / PX * PX + (g->kw - 1) * g->dw / sw;
-  long want = @TPT@L * omp_get_num_threads(), chunks = batch * nb >= want ? 1 : (want + batch * nb - 1) / (batch * nb);
+  long chunks = batch * nb >= want ? 1 : (want + batch * nb - 1) / (batch * nb);
   if (chunks > panels) chunks = panels;
   size_t nbuf = ((size_t)cin * R * sw * T + 15) / 16 * 16, nt = (size_t)CW * br * TW;
   float* buf = plait_scratch(nbuf + nt + (size_t)k);
@@ -116,6 +124,7 @@ static void plait_conv_s2_@CV@x@PX@(long batch, long inner, int m, int n, int k,
 def library(p: LanesPlan) -> str:
     """The shared C code of the stride-2 kernel with p's register tile (on gemm_c's band and lanes blocks)."""
     body = DRIVER.replace("@CV@", str(p.nv)).replace("@PX@", str(p.mr)).replace("@ROWS@", str(S2_BAND_ROWS))
+    body = body.replace("@BROWS@", str(S2_BATCH_BAND_ROWS))
     body = body.replace("@KCB@", str(gemm_c.DIRECT_LANES_KC_BYTES)).replace("@TPT@", str(S2_TASKS_PER_THREAD))
     body = body.replace("@CM@", str(S2_CHUNK_MAJOR))
     band = gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(gemm_c.DIRECT_BAND)

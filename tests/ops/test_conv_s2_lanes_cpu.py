@@ -20,6 +20,9 @@ CASES = [  # n, cin, h, w, cout, padding
     (1, 20, 58, 57, 128, 1),  # 29x29 outputs: four bands of 8 (the last 5), two panels, a partial transpose
     (1, 17, 30, 33, 32, 0),  # no padding: 14x16 outputs, 17 input channels
     (2, 16, 29, 27, 80, 2),  # padding 2, two images of 16x15 outputs, a panel and a 16-channel remainder
+    # images enough for every thread: bands of up to S2_BATCH_BAND_ROWS rows (29 rows: two of 15 and 14)
+    (6, 16, 58, 58, 32, 1),
+    (5, 24, 28, 28, 48, 1),  # 14x14 outputs, one band an image
 ]
 
 
