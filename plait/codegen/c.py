@@ -181,7 +181,8 @@ def entry_points(name: str, params: list[str], body: str, library: str = "") -> 
     source = library + body
     if "#pragma omp parallel" in source:
         return f"{library}void {name}({', '.join(params)}) {{\n{body}}}\n"
-    shared = "#pragma omp for" in source
+    # worksharing: OpenMP's loops, or a task loop with stealing (gemm_c.steal_loop), which every thread must run too
+    shared = "#pragma omp for" in source or "plait_steal_start(&" in source
     names = [re.findall(r"\w+", p)[-1] for p in params]
     args = ", ".join(f"a[{i}]" for i in range(len(params)))
     alone, step = ("#pragma omp parallel\n", "") if shared else ("", "#pragma omp single nowait\n")

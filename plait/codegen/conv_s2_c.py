@@ -86,8 +86,7 @@ static void plait_conv_s2_@CV@x@PX@(long batch, long inner, int m, int n, int k,
   int* koff = (int*)(tile + nt);
   long have = -1;
   plait_dc_offsets(g, k, R, T, koff);
-#pragma omp for schedule(static) nowait
-  for (long task = 0; task < batch * nb * chunks; task++) {
+  @STEAL@ {
     long band = @CM@ ? task % (batch * nb) : task / chunks, bz = band / nb, ck = @CM@ ? task / (batch * nb) : task % chunks;
     int oy0 = (int)(band % nb) * br, rows = oh - oy0 < br ? oh - oy0 : br;
     int pa = (int)(panels * ck / chunks), pb = (int)(panels * (ck + 1) / chunks);
@@ -127,6 +126,7 @@ def library(p: LanesPlan) -> str:
     body = body.replace("@BROWS@", str(S2_BATCH_BAND_ROWS))
     body = body.replace("@KCB@", str(gemm_c.DIRECT_LANES_KC_BYTES)).replace("@TPT@", str(S2_TASKS_PER_THREAD))
     body = body.replace("@CM@", str(S2_CHUNK_MAJOR))
+    body = body.replace("@STEAL@", gemm_c.steal_loop("task", "batch * nb * chunks"))
     band = gemm_c.at_o2(gemm_c.COMMON) + gemm_c.at_o2(gemm_c.DIRECT_BAND)
     return band + gemm_c.lanes_blocks(p.nv, p.mr) + gemm_c.at_o2(body)
 

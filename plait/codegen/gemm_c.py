@@ -80,6 +80,24 @@ KSPLIT = True
 # medians): resnet50's 1x1 shapes 57-76 -> 65-84 GFLOP/s (+9 to +18%), its 3x3 over 4608 channels unchanged
 # (docs/benchmarks.md, fifteenth session).
 APACK = True
+# The task loops of the GEMM, the stride-2 and the Winograd kernels hand out static shares with stealing
+# (plait_steal_start / plait_steal_next): a thread that finished its share takes the last unstarted tasks of a
+# teammate's, instead of waiting at the next barrier for a thread the host slowed down. The guest's CPU 0 takes its
+# virtio interrupts and ran resnet50 1.4-6% slower than CPU 1 at one thread. Paired rounds, two threads,
+# `bench_kernel_pairs.py resnet50 --b TASK_STEAL=False --prefix GEMM` (the 33 GEMM kernels): plain static shares took
+# 1.034 (b1) and 1.056 (b16) of the stealing loop's time by geometric mean, controls 0.991 and 1.008
+# (docs/benchmarks.md, eighteenth session).
+TASK_STEAL = True
+
+
+def steal_loop(var: str, count: str, name: str = "st") -> str:
+    """The head of a task loop over `var` in [0, count) with static shares and stealing (TASK_STEAL), in place of
+    `#pragma omp for schedule(static) nowait` and its `for`: every thread of the team must run it. `name` is its
+    state's variable, distinct for loops in one block."""
+    return (
+        f"plait_steal_t {name};\n  plait_steal_start(&{name}, {count}, {int(TASK_STEAL)});\n"
+        f"  for (long {var}; ({var} = plait_steal_next(&{name})) >= 0;)"
+    )
 
 
 @dataclass(frozen=True)
@@ -243,6 +261,44 @@ static float* plait_shared_scratch(size_t n) {
     cap = n;
   }
   return buf;
+}
+
+/* A task loop's static shares with stealing: thread t owns tasks [n*t/T, n*(t+1)/T) and takes them from the front;
+   a thread whose share is done takes the last unstarted task of a teammate's share, so a thread slowed by the host
+   (interrupts, another process) is helped instead of waited for. One claim word per thread (tag, next, end), the
+   tag being the thread's count of such loops: every thread of a team passes through them in the same order, so a
+   word is only ever taken from within the same loop. A thread whose tag differs (a team of another size ran in
+   between) just runs its own share. steal 0: the plain static shares. */
+#define PLAIT_STEAL_MAX 16
+static struct { unsigned long w; char pad[56]; } plait_claims[PLAIT_STEAL_MAX] __attribute__((aligned(64)));
+static __thread unsigned long plait_claim_tag;
+typedef struct { unsigned long tag; long lo, hi; int me, threads, steal; } plait_steal_t;
+static inline unsigned long plait_claim_word(unsigned long tag, long next, long end) {
+  return tag << 40 | (unsigned long)next << 20 | (unsigned long)end;
+}
+static void plait_steal_start(plait_steal_t* s, long n, int steal) {
+  int threads = omp_get_num_threads(), me = omp_get_thread_num();
+  s->threads = threads, s->me = me, s->lo = n * me / threads, s->hi = n * (me + 1) / threads;
+  s->steal = steal && threads > 1 && threads <= PLAIT_STEAL_MAX && n < (1L << 20);
+  if (s->steal) {
+    s->tag = ++plait_claim_tag & 0xFFFFFF;
+    __atomic_store_n(&plait_claims[me].w, plait_claim_word(s->tag, s->lo, s->hi), __ATOMIC_RELEASE);
+  }
+}
+static long plait_steal_next(plait_steal_t* s) {
+  if (!s->steal) return s->lo < s->hi ? s->lo++ : -1;
+  for (int k = 0; k < s->threads; k++) {
+    unsigned long* word = &plait_claims[(s->me + k) % s->threads].w;
+    unsigned long w = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    for (;;) {
+      long next = (long)(w >> 20 & 0xFFFFF), end = (long)(w & 0xFFFFF);
+      if (w >> 40 != s->tag || next >= end) break;
+      /* its own share from the front, a teammate's from the back */
+      unsigned long nw = k ? plait_claim_word(s->tag, next, end - 1) : plait_claim_word(s->tag, next + 1, end);
+      if (__atomic_compare_exchange_n(word, &w, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return k ? end - 1 : next;
+    }
+  }
+  return -1;
 }
 
 /* Rows [pc, pc+kc) and columns [j0, j1) of a strided B into panels of nr columns (bp[panel][p][j], panels ldp rows
@@ -806,8 +862,7 @@ static void plait_sgemm_{t}(long batch, long inner, int m, int n, int k, const f
       }}
       plait_team_barrier(); /* the packing is complete before any task reads it */
     }}
-#pragma omp for schedule(static) nowait
-    for (long task = 0; task < tasks; task++) {{
+    {steal_loop("task", "tasks")} {{
       long bz = task / (ctasks * rtasks);
       int rt = (int)(task / ctasks % rtasks);
       long ct = task % ctasks;

@@ -541,14 +541,12 @@ static void plait_wino_{f}_{t}(const plait_wino_geo* g, int images, const float*
   for (long b0 = 0; b0 < blocks; b0 += chunk) {{
     long nb = blocks - b0 < chunk ? blocks - b0 : chunk;
     {{
-#pragma omp for schedule(static) nowait
-      for (long t = 0; t < nb * g->c; t++) {{
+      {gemm_c.steal_loop("t", "nb * g->c", "st_in")} {{
         long r0 = (b0 + t / g->c) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
         plait_wino_in_{f}(X, g, r0, r1, (int)(t % g->c), V + t / g->c * vblock, {nr});
       }}
       plait_team_barrier(); /* every input tile is transformed before the products read them */
-#pragma omp for schedule(static) nowait
-      for (long t = 0; t < nb * groups; t++) {{
+      {gemm_c.steal_loop("t", "nb * groups", "st_mm")} {{
         long r0 = (b0 + t / groups) * rpb, r1 = r0 + rpb < rows_all ? r0 + rpb : rows_all;
         int k0 = (int)(t % groups) * {mr}, rows = g->k - k0 < {mr} ? g->k - k0 : {mr};
         const float* vb = V + t / groups * vblock;

@@ -107,3 +107,21 @@ def test_s2_lanes_last_weight_from_memory_computes_the_same(monkeypatch):
     held, _, _ = _conv(CASES[0], residual=False)
     assert np.array_equal(got, held)
     assert_close(got, want, "float32", "stride-2 lanes conv, 7-pixel tile", tol_scale=10)
+
+
+@pytest.mark.parametrize("n", [1, 6])
+def test_s2_lanes_as_a_team_step(n, team_size):
+    """Inside a team run (with a second kernel after it), every thread of the team runs the stride-2 kernel's task
+    loop (static shares with stealing): none of its tasks is left undone at one to three threads."""
+    x = rand((n, 24, 30, 30), low=-1, high=1)
+    wt = rand((48, 24, 3, 3), seed=1, low=-1, high=1) * 0.2
+    wp = plait.tensor(wt, device="cpu")
+    f = plait.jit(lambda t: F.conv2d(t, wp, stride=2, padding=1).relu().mean(axis=(2, 3)), device="cpu")
+    plan, _ = f.plan_for([x])
+    assert sum(k.name.startswith("S2CONV_") for k in plan.kernels) == 1 and len(plan.kernels) > 1
+    for k in plan.kernels:  # a kernel whose tasks are shared by stealing is a worksharing step, not one thread's
+        if "plait_steal_start(&" in k.source:
+            assert f"#pragma omp single nowait\n  {k.name}_run(" not in k.source, k.name
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), None, 2, 1).relu().mean(dim=(2, 3))
+    for _ in range(3):
+        assert_close(np.asarray(f(x)), want.numpy(), "float32", f"stride-2 conv as a team step, batch {n}", 10)
