@@ -84,9 +84,11 @@ APACK = True
 # (plait_steal_start / plait_steal_next): a thread that finished its share takes the last unstarted tasks of a
 # teammate's, instead of waiting at the next barrier for a thread the host slowed down. The guest's CPU 0 takes its
 # virtio interrupts and ran resnet50 1.4-6% slower than CPU 1 at one thread. Paired rounds, two threads,
-# `bench_kernel_pairs.py resnet50 --b TASK_STEAL=False --prefix GEMM` (the 33 GEMM kernels): plain static shares took
-# 1.034 (b1) and 1.056 (b16) of the stealing loop's time by geometric mean, controls 0.991 and 1.008
-# (docs/benchmarks.md, eighteenth session).
+# `bench_kernel_pairs.py resnet50 --b TASK_STEAL=False`: plain static shares took 1.034 (b1) and 1.056 (b16) of the
+# stealing loops' time over the 33 GEMM kernels by geometric mean (controls 0.991, 1.008), 1.114 over the 13 Winograd
+# kernels at b1 (control 0.997). resnet50 b1 team replays, both plans in one process (`bench_team_steps.py --ab`):
+# 61.29 against 64.05 ms and 61.23 against 62.60, step imbalance 3.3 against 5.6-5.8 ms (docs/benchmarks.md,
+# eighteenth session).
 TASK_STEAL = True
 
 
