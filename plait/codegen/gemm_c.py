@@ -92,12 +92,12 @@ APACK = True
 TASK_STEAL = True
 
 
-def steal_loop(var: str, count: str, name: str = "st") -> str:
-    """The head of a task loop over `var` in [0, count) with static shares and stealing (TASK_STEAL), in place of
-    `#pragma omp for schedule(static) nowait` and its `for`: every thread of the team must run it. `name` is its
-    state's variable, distinct for loops in one block."""
+def steal_loop(var: str, count: str, name: str = "st", cond: str = "1") -> str:
+    """The head of a task loop over `var` in [0, count) with static shares and stealing (TASK_STEAL, and where the C
+    condition `cond` holds), in place of `#pragma omp for schedule(static) nowait` and its `for`: every thread of the
+    team must run it. `name` is its state's variable, distinct for loops in one block."""
     return (
-        f"plait_steal_t {name};\n  plait_steal_start(&{name}, {count}, {int(TASK_STEAL)});\n"
+        f"plait_steal_t {name};\n  plait_steal_start(&{name}, {count}, {int(TASK_STEAL)} && ({cond}));\n"
         f"  for (long {var}; ({var} = plait_steal_next(&{name})) >= 0;)"
     )
 

@@ -490,10 +490,12 @@ def render(
   int partial = threads > 1 && !by_rows;
   long own = scratch + (long)partial * m2 * {howo};
   float* parts = plait_irb_parts((size_t)(threads * own));
-#pragma omp for schedule(static) nowait
-  for (int t = 0; t < threads; t++) {{
-   int units = by_rows ? images * strips : 1;
-   for (int u = by_rows ? units * t / threads : 0; u < (by_rows ? units * (t + 1) / threads : 1); u++) {{
+  /* by rows: units of (image, strip) in static shares with stealing, each thread in its own scratch; by channels:
+     thread t's run of channel vectors, its partial sums at t */
+  int me = omp_get_thread_num();
+  {gemm_c.steal_loop("task", "by_rows ? (long)images * strips : (long)threads", "st", "by_rows")} {{
+   int t = by_rows ? me : (int)task;
+   for (int u = by_rows ? (int)task : 0; u < (by_rows ? (int)task + 1 : 1); u++) {{
     int bz = u / strips, su = u % strips;
     const float* Xb = X + (long)bz * {p.image_floats};
     float* part = partial ? parts + t * own + scratch : C + (long)bz * m2 * {howo};
