@@ -80,7 +80,7 @@ KSPLIT = True
 # medians): resnet50's 1x1 shapes 57-76 -> 65-84 GFLOP/s (+9 to +18%), its 3x3 over 4608 channels unchanged
 # (docs/benchmarks.md, fifteenth session).
 APACK = True
-# The task loops of the GEMM, the stride-2 and the Winograd kernels hand out static shares with stealing
+# The task loops of the GEMM, stride-2, Winograd and fused mobilenet-block kernels hand out static shares with stealing
 # (plait_steal_start / plait_steal_next): a thread that finished its share takes the last unstarted tasks of a
 # teammate's, instead of waiting at the next barrier for a thread the host slowed down. The guest's CPU 0 takes its
 # virtio interrupts and ran resnet50 1.4-6% slower than CPU 1 at one thread. Paired rounds, two threads,
