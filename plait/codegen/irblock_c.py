@@ -495,8 +495,8 @@ def render(
   int me = omp_get_thread_num();
   {gemm_c.steal_loop("task", "by_rows ? (long)images * strips : (long)threads", "st", "by_rows")} {{
    int t = by_rows ? me : (int)task;
-   for (int u = by_rows ? (int)task : 0; u < (by_rows ? (int)task + 1 : 1); u++) {{
-    int bz = u / strips, su = u % strips;
+   {{ /* one unit: image bz, strip su (by channels: the whole image) */
+    int u = by_rows ? (int)task : 0, bz = u / strips, su = u % strips;
     const float* Xb = X + (long)bz * {p.image_floats};
     float* part = partial ? parts + t * own + scratch : C + (long)bz * m2 * {howo};
     int v0 = by_rows ? 0 : vectors * t / threads, v1 = by_rows ? vectors : vectors * (t + 1) / threads;
