@@ -192,14 +192,9 @@ def summary(plan: object, run: TeamRun, res: dict[int, tuple[np.ndarray, list[fl
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model", choices=MODELS)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--replays", type=int, default=20, help="stamped replays at each thread count; medians count")
-    ap.add_argument("--rounds", type=int, default=2, help="turns of the thread counts (and plans); all are pooled")
-    ap.add_argument("--top", type=int, default=20, help="list this many steps, largest two-thread span first")
-    ap.add_argument("--fifo", action="store_true", help="SCHED_FIFO priority 1 for every thread while timing (root)")
+def add_ab(ap: argparse.ArgumentParser) -> None:
+    """--ab OLD NEW (repeatable): a plan B whose kernel sources have OLD replaced by NEW, timed in the same rounds.
+    Plan B tends to gain a little from being built second (docs/benchmarks.md, nineteenth session): run both orders."""
     ap.add_argument(
         "--ab",
         nargs=2,
@@ -208,6 +203,17 @@ def main() -> None:
         metavar=("OLD", "NEW"),
         help="also plan B: every kernel source with OLD replaced by NEW (repeat for more replacements)",
     )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", choices=MODELS)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--replays", type=int, default=20, help="stamped replays at each thread count; medians count")
+    ap.add_argument("--rounds", type=int, default=2, help="turns of the thread counts (and plans); all are pooled")
+    ap.add_argument("--top", type=int, default=20, help="list this many steps, largest two-thread span first")
+    ap.add_argument("--fifo", action="store_true", help="SCHED_FIFO priority 1 for every thread while timing (root)")
+    add_ab(ap)
     ap.add_argument("--ort", action="store_true", help="also ONNX Runtime at one and two threads, same rounds")
     args = ap.parse_args()
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS
 from bench_source_ab import patched_compilers
-from bench_team_steps import build, per_step, stamped_replays, steal_ticks
+from bench_team_steps import add_ab, build, per_step, stamped_replays, steal_ticks
 
 from plait.runtime.cpu_team import TeamRun
 
@@ -40,14 +40,7 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=2, help="turns of the pauses (and plans); all are pooled")
     ap.add_argument("--top", type=int, default=15)
-    ap.add_argument(
-        "--ab",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("OLD", "NEW"),
-        help="also plan B: every kernel source with OLD replaced by NEW, run in the same rounds (repeatable)",
-    )
+    add_ab(ap)
     a = ap.parse_args()
     x = np.random.default_rng(0).standard_normal((a.batch, 3, 224, 224)).astype(np.float32)
     plans = {"A": build(a.model, a.batch, x)}
