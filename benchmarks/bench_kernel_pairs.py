@@ -3,6 +3,11 @@ and plan C (A rebuilt, the control), each launched alone in turn (order reversed
 median over rounds of B/A and C/A taken within each round, with quartiles. On a noisy host a round's three launches
 share its load, so the paired ratios are steadier than medians or minimums of separate runs.
 
+A kernel launched alone finds its input unchanged in both cores' caches and its weights in L3; inside a replay the
+step before has just written its input (half on each core) and its weights come from memory. Changes to how threads
+split or share work can look several percent faster here and be slower in replays (docs/benchmarks.md, nineteenth
+session): judge those with bench_team_steps.py --ab, in both orders.
+
 OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2 PLAIT_NUM_THREADS=2 .venv/bin/python benchmarks/bench_kernel_pairs.py \
     resnet50 --batch 16 --b conv_s2_c.S2_BATCH_BAND_ROWS=8 --prefix S2CONV --rounds 40
 """
