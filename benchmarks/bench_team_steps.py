@@ -205,6 +205,15 @@ def add_ab(ap: argparse.ArgumentParser) -> None:
     )
 
 
+def build_ab(model: str, batch: int, x: np.ndarray, ab: list[tuple[str, str]]) -> dict[str, Any]:
+    """Plan A's `build`, and with `ab` (add_ab's pairs) plan B's from the kernel sources so patched."""
+    plans = {"A": build(model, batch, x)}
+    if ab:
+        patched_compilers([(old, new) for old, new in ab])
+        plans["B"] = build(model, batch, x)
+    return plans
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", choices=MODELS)
@@ -217,10 +226,7 @@ def main() -> None:
     ap.add_argument("--ort", action="store_true", help="also ONNX Runtime at one and two threads, same rounds")
     args = ap.parse_args()
     x = np.random.default_rng(0).standard_normal((args.batch, 3, 224, 224)).astype(np.float32)
-    plans = {"A": build(args.model, args.batch, x)}
-    if args.ab:
-        patched_compilers([(old, new) for old, new in args.ab])
-        plans["B"] = build(args.model, args.batch, x)
+    plans = build_ab(args.model, args.batch, x, args.ab)
     folder = tempfile.TemporaryDirectory()
     sessions = ort_sessions(args.model, folder.name) if args.ort else {}
     ort_walls: dict[int, list[float]] = {1: [], 2: []}

@@ -20,8 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS
-from bench_source_ab import patched_compilers
-from bench_team_steps import add_ab, build, per_step, stamped_replays, steal_ticks
+from bench_team_steps import add_ab, build_ab, per_step, stamped_replays, steal_ticks
 
 from plait.runtime.cpu_team import TeamRun
 
@@ -43,12 +42,9 @@ def main() -> None:
     add_ab(ap)
     a = ap.parse_args()
     x = np.random.default_rng(0).standard_normal((a.batch, 3, 224, 224)).astype(np.float32)
-    plans = {"A": build(a.model, a.batch, x)}
-    if a.ab:
-        patched_compilers([(old, new) for old, new in a.ab])
-        plans["B"] = build(a.model, a.batch, x)
-        if float(np.abs(plans["B"][2] - plans["A"][2]).max()) > 1e-3:
-            raise SystemExit("plans A and B disagree: the replacement changed the results")
+    plans = build_ab(a.model, a.batch, x, a.ab)
+    if "B" in plans and float(np.abs(plans["B"][2] - plans["A"][2]).max()) > 1e-3:
+        raise SystemExit("plans A and B disagree: the replacement changed the results")
     load0, steal0 = os.getloadavg()[0], steal_ticks()
     res: dict[str, dict[float, tuple[np.ndarray, list[float]]]] = {k: {} for k in plans}
     for r in range(a.rounds):
