@@ -13,8 +13,10 @@ on constants) and the plan's memory.
 Outputs are checked to agree before a time is reported. The contenders run in turn, round by round, so that load
 from other jobs on a shared machine falls on all of them alike. Prints a Markdown table (for docs/benchmarks.md);
 its last columns are the host's placement of the first two CPUs before and after each row's rounds (benchmarks/
-host_pair.py: the round trip of a cache line between them, ~95 ns near and ~440 ns far on the Zen 5 KVM guest) and
-the share of the CPUs' time the hypervisor took during those rounds (plait.bench.env.steal_share).
+host_pair.py: the round trip of a cache line between them, ~95 ns near and ~440 ns far on the Zen 5 KVM guest), the
+multiply-add rate of two threads on them at once relative to one alone (plait.bench.env.cpu_pair_fma: about 0.5 when
+the host runs both on one core, which halves any compute-bound two-thread run) and the share of the CPUs' time the
+hypervisor took during those rounds (plait.bench.env.steal_share).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from host_pair import describe, pair_ns
 
 import plait
 import plait.nn as pnn
-from plait.bench.env import cpu_ticks, steal_share
+from plait.bench.env import cpu_pair_fma, cpu_ticks, steal_share
 from plait.bench.timing import summarize
 from plait.frontends.native.jit import Jit
 from plait.models import architectures, torch_reference
@@ -179,9 +181,9 @@ def main() -> None:
     print(
         "| model | batch | plait median ms (p25-p75) | ORT median ms (p25-p75) | plait / ORT | first run (compile) s |"
         + twin_head
-        + " CPU pair ns before/after | host steal % |"
+        + " CPU pair ns before/after | pair FMA rate before/after | host steal % |"
     )
-    print("| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * args.twins + " --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * args.twins + " --- | --- | --- |")
     diffs: list[str] = []  # --plans: printed after the table
     for name in args.models:
         model = export(name)
@@ -202,10 +204,14 @@ def main() -> None:
                 fns["twin"] = partial(own, x)
                 if args.plans:
                     diffs.append(f"{name} b{batch}: {plan_diff(sess.plan_for(feed), own.plan_for([x])[0])}")
-            before, ticks = pair_ns(), cpu_ticks()
+            before, fma, ticks = pair_ns(), cpu_pair_fma(), cpu_ticks()
             t = measure_rounds(fns, args.iters, args.max_seconds)
             stolen = steal_share(ticks, cpu_ticks())
-            pair = f" {describe(before)}/{describe(pair_ns())} | {'n/a' if stolen is None else f'{100 * stolen:.1f}'} |"
+            fma_text = "/".join("n/a" if v is None else f"{v:.2f}" for v in (fma, cpu_pair_fma()))
+            pair = (
+                f" {describe(before)}/{describe(pair_ns())} | {fma_text} |"
+                f" {'n/a' if stolen is None else f'{100 * stolen:.1f}'} |"
+            )
             p, o = t["plait"], t["ort"]
             extra = f" {_cell(t['twin'])} | {p['median_ms'] / t['twin']['median_ms']:.2f} |" if own is not None else ""
             print(

@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         f"{', '.join(devices)} (torch on {torch_device}, {args.threads} threads)"
     )
     t0 = time.perf_counter()
-    load_start, pair_start = env.load_average(), env.cpu_pair_ns()
+    load_start, pair_start, fma_start = env.load_average(), env.cpu_pair_ns(), env.cpu_pair_fma()
     n_cells = sum(len([m for m in modes if m in spec.modes]) for spec in specs) * len(runners)
     progress = Progress(n_cells, enabled=not args.no_progress)
     cells = run_matrix(specs, modes, runners, s, torch_device, progress)
@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         "environment": env.environment(args.threads, devices),
         "load_average_start": load_start,
         "cpu_pair_ns_start": pair_start,
+        "cpu_pair_fma_start": fma_start,
         "settings": {
             "command": "plait bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
             "dtype": "float32",

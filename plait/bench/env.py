@@ -171,6 +171,50 @@ double host_pair_ns(int a, int b, int n) {
   pthread_join(tb, 0);
   return sa.ok && sb.ok ? sa.ns : -1;
 }
+/* Twelve independent chains of 8-float multiply-adds, registers only, for `iters` rounds on a pinned thread: its
+   rounds per ns. */
+typedef float fma_v8 __attribute__((vector_size(32)));
+typedef struct { int cpu, ok; long iters; double rate; } fma_t;
+static volatile int fma_go;
+static void* fma_side(void* arg) {
+  fma_t* s = arg;
+  s->ok = pin(s->cpu);
+  while (!__atomic_load_n(&fma_go, __ATOMIC_ACQUIRE)) {
+  }
+  fma_v8 acc[12], b = {0}, c = {0};
+  b += 0.9999f;
+  c += 1e-4f;
+  for (int i = 0; i < 12; i++) acc[i] = b * (float)i;
+  double t0 = now_ns();
+  for (long r = 0; r < s->iters; r++)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) acc[i] = acc[i] * b + c;
+  s->rate = s->iters / (now_ns() - t0);
+  volatile float sink = 0;
+  for (int i = 0; i < 12; i++) sink += acc[i][0];
+  return 0;
+}
+static void fma_run(fma_t* sides, int n) {
+  pthread_t t[2];
+  fma_go = 0;
+  for (int i = 0; i < n; i++) pthread_create(&t[i], 0, fma_side, &sides[i]);
+  struct timespec pause = {0, 2000000};
+  nanosleep(&pause, 0);
+  __atomic_store_n(&fma_go, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < n; i++) pthread_join(t[i], 0);
+}
+/* The multiply-add rate of threads pinned to CPUs a and b running at once, relative to one on a alone (the slower
+   of the two against the best of two runs alone): about 1 where the two are separate cores, about 0.5 where the host
+   runs them on one core's two hardware threads, or in turns; -1 when a thread could not be pinned. */
+double host_pair_fma(int a, int b, long iters) {
+  fma_t alone[2] = {{a, 0, iters, 0}, {a, 0, iters, 0}}, both[2] = {{a, 0, iters, 0}, {b, 0, iters, 0}};
+  fma_run(&alone[0], 1);
+  fma_run(both, 2);
+  fma_run(&alone[1], 1);
+  double solo = alone[0].rate > alone[1].rate ? alone[0].rate : alone[1].rate;
+  double pair = both[0].rate < both[1].rate ? both[0].rate : both[1].rate;
+  return alone[0].ok && both[0].ok && both[1].ok && solo > 0 ? pair / solo : -1;
+}
 """
 
 
@@ -188,6 +232,8 @@ def _pair_lib() -> ctypes.CDLL | None:
         return None
     lib.host_pair_ns.restype = ctypes.c_double
     lib.host_pair_ns.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.host_pair_fma.restype = ctypes.c_double
+    lib.host_pair_fma.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long]
     return lib
 
 
@@ -202,6 +248,25 @@ def cpu_pair_ns(rounds: int = 20000) -> float | None:
         return None
     ns = lib.host_pair_ns(cpus[0], cpus[1], rounds)
     return round(ns, 1) if ns >= 0 else None
+
+
+# The same KVM guest's two vCPUs, on the Zen 3 host of 2026-11-24, also spent stretches of seconds where two threads
+# each got half the multiply-add rate of one thread alone (51 against 100 GFLOP/s, their CPU time still the whole
+# wall time): the host ran both vCPUs on one physical core. A compute-bound two-thread run then takes about as long
+# as a one-thread run, whatever the framework (docs/benchmarks.md, twentieth session).
+def cpu_pair_fma(iters: int = 2_000_000) -> float | None:
+    """The multiply-add rate of each of two threads pinned to the first two CPUs this process may use, running at
+    once, relative to one thread alone (the slower of the pair against the better of two runs alone): about 1.0 on
+    two separate cores, about 0.5 when the host shares one core between them. None with fewer than two CPUs, off
+    Linux, or without a C compiler. Takes about 20 ms of both CPUs."""
+    if not sys.platform.startswith("linux"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    lib = _pair_lib() if len(cpus) >= 2 else None
+    if lib is None:
+        return None
+    ratio = lib.host_pair_fma(cpus[0], cpus[1], iters)
+    return round(ratio, 3) if ratio >= 0 else None
 
 
 def environment(threads: int, plait_devices: list[str]) -> dict[str, Any]:
@@ -238,6 +303,7 @@ def environment(threads: int, plait_devices: list[str]) -> dict[str, Any]:
             "nvidia": _nvidia_driver(),
             "load_average_end": load_average(),
             "cpu_pair_ns_end": cpu_pair_ns(),
+            "cpu_pair_fma_end": cpu_pair_fma(),
         },
         "git_commit": _git_commit(),
         "versions": versions,

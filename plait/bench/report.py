@@ -76,13 +76,20 @@ def _notes(result: dict[str, Any]) -> list[str]:
 
 
 def _pair_line(result: dict[str, Any]) -> list[str]:
-    """How far apart the host placed the first two CPUs at the start and end (plait.bench.env.cpu_pair_ns), when
-    measured: on a virtual machine two-thread timings move with it."""
-    start, end = result.get("cpu_pair_ns_start"), result["environment"]["host"].get("cpu_pair_ns_end")
+    """How far apart the host placed the first two CPUs at the start and end (plait.bench.env.cpu_pair_ns), and
+    whether they were separate cores (plait.bench.env.cpu_pair_fma), when measured: on a virtual machine two-thread
+    timings move with both."""
+    host = result["environment"]["host"]
+    start, end = result.get("cpu_pair_ns_start"), host.get("cpu_pair_ns_end")
     if start is None and end is None:
         return []
     ns = " / ".join("n/a" if v is None else f"{v:.0f}" for v in (start, end))
-    return [f"CPU pair round trip {ns} ns at start / end (a cache line between the first two CPUs)"]
+    fma = [result.get("cpu_pair_fma_start"), host.get("cpu_pair_fma_end")]
+    rate = ""
+    if fma != [None, None]:
+        rates = " / ".join("n/a" if v is None else f"{v:.2f}" for v in fma)
+        rate = f"; two threads' multiply-add rate {rates} of one thread's (about 0.5: the host ran both on one core)"
+    return [f"CPU pair round trip {ns} ns at start / end (a cache line between the first two CPUs){rate}"]
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:

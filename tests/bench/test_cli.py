@@ -76,11 +76,14 @@ def test_run_and_check(tiny: BenchModel, tmp_path: Path, capsys: pytest.CaptureF
     assert {c["status"] for c in result["cells"] if c["framework"] != "tinygrad"} <= {"ok", "skipped"}
     assert result["environment"]["thread_env"]["OMP_WAIT_POLICY"] == "PASSIVE"
     pairs = [result["cpu_pair_ns_start"], result["environment"]["host"]["cpu_pair_ns_end"]]
+    fma = [result["cpu_pair_fma_start"], result["environment"]["host"]["cpu_pair_fma_end"]]
     if len(os.sched_getaffinity(0)) >= 2:  # the host's placement of two CPUs is part of the record
         assert all(isinstance(ns, float) and ns > 0 for ns in pairs)
+        assert all(isinstance(r, float) and 0 < r < 2 for r in fma)
         assert "CPU pair round trip" in (out / "results.md").read_text()
+        assert "multiply-add rate" in (out / "results.md").read_text()
     else:
-        assert pairs == [None, None]
+        assert pairs == [None, None] and fma == [None, None]
     s = result["settings"]
     assert s["torch"]["torch_threads"] == 1 and s["torch"]["tf32"] is False and s["iters"] == 3
     assert result["runners"]["onnxruntime"]["intra_op_num_threads"] == 1
@@ -100,9 +103,22 @@ def test_run_and_check(tiny: BenchModel, tmp_path: Path, capsys: pytest.CaptureF
 
 def test_cpu_pair_needs_two_cpus() -> None:
     """With one allowed CPU there is no pair to measure: None, not a number from one CPU playing both sides."""
-    code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); from plait.bench.env import cpu_pair_ns; print(cpu_pair_ns())"
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))});"
+        " from plait.bench.env import cpu_pair_fma, cpu_pair_ns; print(cpu_pair_ns(), cpu_pair_fma())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert out.stdout.strip() == "None"
+    assert out.stdout.strip() == "None None"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_cpu_pair_fma_two_cpus_against_one() -> None:
+    """Each of two threads on two CPUs runs at about one thread's rate (near 1 on separate cores, near 0.5 when the
+    host shares one core between them), never far faster."""
+    from plait.bench.env import cpu_pair_fma
+
+    ratio = cpu_pair_fma()
+    assert ratio is not None and 0.2 < ratio < 1.5
 
 
 def test_steal_share_from_cpu_ticks() -> None:
