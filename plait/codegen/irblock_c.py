@@ -5,9 +5,9 @@ Run as three kernels, the expanded tensor (six times the block's channels) and t
 come back, and each layer's weights arrive from L3 (docs/benchmarks.md, "where the two-thread replay's extra time
 goes"). Here a thread takes a unit of work (a whole image, a strip of an image's output rows, or, for one image on a
 7x7 plane, a run of the expanded channels) in chunks of channels whose expanded strips fit in L2: it expands the
-chunk over the strip's input rows into a zero-bordered scratch strip (pixels x channels, channels across the vector
-lanes, so the depthwise taps are plain vector loads), runs the depthwise window on it, and multiplies the chunk into
-the projection's sums of the strip's rows. A strip expands its border rows twice (4-14% more expand work on 56x56 to
+chunk over the strip's input rows into a zero-bordered scratch strip (a plane of pixels per vector of channels,
+channels across the vector lanes, so the depthwise taps are plain vector loads), runs the depthwise window on it, and
+multiplies the chunk into the projection's sums of the strip's rows. A strip expands its border rows twice (4-14% more expand work on 56x56 to
 14x14 planes at two threads); on a 7x7 plane that would be 29-43%, so there the threads split the channels instead,
 each projecting into its own partial sums, which they add by output channel after one barrier. The weights are
 packed once, at plan build (plait/graph/ops/pointwise_weight.py): the expand's and the projection's as k-major rows
@@ -55,6 +55,11 @@ ROWS_PIXELS = 49
 WITHOUT_EXPAND = True
 # an image stem (a 3x3 convolution over few channels, mobilenet_v2's) fuses as such a block's expand product
 WITH_STEM = True
+# The expanded strip's layout: vector-major (each vector of VW channels a plane of the strip's pixels, VW floats a
+# pixel), so that a register tile's sums go out as runs of consecutive pixels and the depthwise window reads each
+# vector's plane densely; pixel-major (all of a chunk's channels at a pixel, then the next pixel) wrote one cache line
+# every cc floats, which the stores paid for (docs/benchmarks.md, twentieth session).
+VECTOR_MAJOR = True
 OUT_AVX2 = True  # the projection's write-back transposes whole tiles in registers with AVX2 (8-float vectors)
 # gcc 12 does not know Zen 5 (-march=native tunes for znver3 there), so it may run the kernel's `omp simd` epilogue
 # loops on 256-bit vectors; the kernel asks for 512-bit ones (with the loops a vector at a time: 1.7% less thread CPU
@@ -362,15 +367,18 @@ def _store_expanded(p: IRBlockPlan, s1: str, r1: str) -> str:
     wp = p.w + 2
     return f"""          for (int i = 0; i < px; i++) {{
             int q = q0 + i;
-            float* dst = e + ((long)(q / w - ya) * {wp} + q % w + 1) * cc + g * {VW};
+            int qy = q / w;
+            float* dst = e + ((long)(qy - ya) * {wp} + q - qy * w + 1) * epx + g * evs;
             const float* src = tile + i * nv * {VW};
             /* a vector at a time: the loop over nv * VW channels had a run-time count (and tails) */
-            for (int jv = g * {VW}; jv < (g + nv) * {VW}; jv += {VW})
+            for (int jv = g * {VW}; jv < (g + nv) * {VW}; jv += {VW}) {{
+              float* dv = dst + (long)(jv / {VW} - g) * evs;
 #pragma omp simd
               for (int j = jv; j < jv + {VW}; j++) {{
                 float v = src[j - g * {VW}];
-{s1}                dst[j - g * {VW}] = {r1};
+{s1}                dv[j - jv] = {r1};
               }}
+            }}
           }}
 """
 
@@ -444,7 +452,7 @@ def _copy_in(p: IRBlockPlan) -> str:
       for (int y = qa / w; y < qb / w; y++)
         for (int c = 0; c < cc; c += 8)
           plait_irb_rows8(Xb + (long)(c0 + c) * {p.h * p.w} + (long)y * w, {p.h * p.w}, cc - c < 8 ? cc - c : 8, w,
-                          e + ((long)(y - ya) * {p.w + 2} + 1) * cc + c, cc);
+                          e + ((long)(y - ya) * {p.w + 2} + 1) * epx + (c / {VW}) * evs + c % {VW}, epx);
 """
 
 
@@ -511,14 +519,21 @@ def render(
       int nvc = v1 - cv < chunkv ? v1 - cv : chunkv, cc = nvc * {VW}, c0 = cv * {VW};
       float* e = parts + t * own;
       float* d = e + (long)(yb - ya + 1) * {wp} * cc;
+      /* vector v of the strip's pixel p at e + p * epx + v * evs (VECTOR_MAJOR: a plane per vector) */
+      long epx = {VW if VECTOR_MAJOR else "cc"}, evs = {f"(long)(yb - ya + 1) * (w + 2) * {VW}" if VECTOR_MAJOR else VW};
       float* xt = d + (long)npx * cc;
       float* tile = xt + {mr} * (cin > cmax ? cin : cmax);
 {band}      /* the zero border of the expanded strip (the depthwise window's padding) */
-      if (ya < 0) memset(e, 0, sizeof(float) * (size_t)({wp} * cc));
-      if (yb >= h) memset(e + (long)(yb - ya) * {wp} * cc, 0, sizeof(float) * (size_t)({wp} * cc));
-      for (int y = 0; y <= yb - ya; y++) {{
-        memset(e + (long)y * {wp} * cc, 0, sizeof(float) * (size_t)cc);
-        memset(e + ((long)y * {wp} + w + 1) * cc, 0, sizeof(float) * (size_t)cc);
+      for (int v = 0; v < nvc; v++) {{
+        float* ev = e + v * evs;
+        for (int x = 0; x < {wp}; x++) {{
+          if (ya < 0) memset(ev + x * epx, 0, sizeof(float) * {VW});
+          if (yb >= h) memset(ev + ((long)(yb - ya) * {wp} + x) * epx, 0, sizeof(float) * {VW});
+        }}
+        for (int y = 0; y <= yb - ya; y++) {{
+          memset(ev + (long)y * {wp} * epx, 0, sizeof(float) * {VW});
+          memset(ev + ((long)y * {wp} + w + 1) * epx, 0, sizeof(float) * {VW});
+        }}
       }}
 {expand}      /* depthwise 3x3 over the bordered strip, a vector of channels at a time down all its rows (a row's three
          input rows, 3 x {wp} pixels of one vector, stay in L1 for the next output row), each output vector through
@@ -533,16 +548,16 @@ def render(
               long n2 = (long)cc * {lines}, sh = (n2 + oy1 - oy0 - 1) / (oy1 - oy0), l0 = (oy - oy0) * sh;
               plait_irb_prefetch(U2 + ((long)pn * c1 + c0) * {GP}, l0, l0 + sh < n2 ? l0 + sh : n2);
             }}
-          const float* row = e + (long)(oy - oy0) * {p.stride} * {wp} * cc + vc * {VW};
+          const float* row = e + (long)(oy - oy0) * {p.stride} * {wp} * epx + vc * evs;
           for (int ox = 0; ox < wo; ox++) {{
-            const float* t0 = row + (long)ox * {p.stride} * cc;
+            const float* t0 = row + (long)ox * {p.stride} * epx;
             plait_vf a3[3];
 #pragma GCC unroll 3
             for (int dy = 0; dy < 3; dy++) {{ /* a sum per window row: chains of three FMAs, not one of nine */
-              const float* t = t0 + (long)dy * {wp} * cc;
+              const float* t = t0 + (long)dy * {wp} * epx;
               a3[dy] = *(const plait_vf*)t * k9[dy * 3];
 #pragma GCC unroll 2
-              for (int dx = 1; dx < 3; dx++) a3[dy] += *(const plait_vf*)(t + (long)dx * cc) * k9[dy * 3 + dx];
+              for (int dx = 1; dx < 3; dx++) a3[dy] += *(const plait_vf*)(t + (long)dx * epx) * k9[dy * 3 + dx];
             }}
             plait_vf acc = a3[0] + a3[1] + a3[2];
             int o = oy * wo + ox;
