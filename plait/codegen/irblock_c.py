@@ -60,6 +60,10 @@ WITH_STEM = True
 # vector's plane densely; pixel-major (all of a chunk's channels at a pixel, then the next pixel) wrote one cache line
 # every cc floats, which the stores paid for (docs/benchmarks.md, twentieth session).
 VECTOR_MAJOR = True
+# The expand's store loop runs a tile's channel vectors outside and its pixels inside, the epilogue's per-channel
+# operands loaded once a vector: mobilenet_v2 b1, one thread, the blocks' CPU time 0.984 and 0.962 of the pixel-outer
+# loop's (both build orders), level at two threads (1.011, 1.011) and at batch 16 (0.958, 0.974; docs/benchmarks.md).
+STORE_VECTOR_OUTER = True
 OUT_AVX2 = True  # the projection's write-back transposes whole tiles in registers with AVX2 (8-float vectors)
 # gcc 12 does not know Zen 5 (-march=native tunes for znver3 there), so it may run the kernel's `omp simd` epilogue
 # loops on 256-bit vectors; the kernel asks for 512-bit ones (with the loops a vector at a time: 1.7% less thread CPU
@@ -365,6 +369,28 @@ def _epilogue(
 def _store_expanded(p: IRBlockPlan, s1: str, r1: str) -> str:
     """A tile's sums (px pixels from q0, nv vectors) through the expand's epilogue into the bordered strip."""
     wp = p.w + 2
+    if STORE_VECTOR_OUTER:
+        return f"""          {{ /* the tile's pixels' offsets in a vector's plane (a row's end skips the two border columns) */
+            long po[{p.mr}];
+            int qy = q0 / w, qx = q0 - qy * w;
+            for (int i = 0; i < px; i++, qx++) {{
+              if (qx == w) qx = 0, qy++;
+              po[i] = ((long)(qy - ya) * {wp} + qx + 1) * epx;
+            }}
+            /* a vector at a time over the tile's pixels, its epilogue operands loaded once */
+            for (int jv = g * {VW}; jv < (g + nv) * {VW}; jv += {VW}) {{
+              float* dv = e + (long)(jv / {VW}) * evs;
+              const float* src = tile + (jv / {VW} - g) * {VW};
+              for (int i = 0; i < px; i++)
+#pragma omp simd
+                for (int j = jv; j < jv + {VW}; j++) {{
+                  int q = q0 + i;
+                  float v = src[i * nv * {VW} + j - jv];
+{s1}                  dv[po[i] + j - jv] = {r1};
+                }}
+            }}
+          }}
+"""
     return f"""          for (int i = 0; i < px; i++) {{
             int q = q0 + i;
             int qy = q / w;
