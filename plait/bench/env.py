@@ -237,16 +237,23 @@ def _pair_lib() -> ctypes.CDLL | None:
     return lib
 
 
-def cpu_pair_ns(rounds: int = 20000) -> float | None:
-    """The round trip (ns) of a cache line between threads pinned to the first two CPUs this process may use; None
-    with fewer than two, off Linux, or without a C compiler. Takes a few milliseconds of both CPUs."""
+def _pair() -> tuple[ctypes.CDLL, int, int] | None:
+    """The probes' library and the first two CPUs this process may use; None with fewer than two, off Linux, or
+    without a C compiler."""
     if not sys.platform.startswith("linux"):
         return None
     cpus = sorted(os.sched_getaffinity(0))
     lib = _pair_lib() if len(cpus) >= 2 else None
-    if lib is None:
+    return None if lib is None else (lib, cpus[0], cpus[1])
+
+
+def cpu_pair_ns(rounds: int = 20000) -> float | None:
+    """The round trip (ns) of a cache line between threads pinned to the first two CPUs this process may use; None
+    with fewer than two, off Linux, or without a C compiler. Takes a few milliseconds of both CPUs."""
+    pair = _pair()
+    if pair is None:
         return None
-    ns = lib.host_pair_ns(cpus[0], cpus[1], rounds)
+    ns = pair[0].host_pair_ns(pair[1], pair[2], rounds)
     return round(ns, 1) if ns >= 0 else None
 
 
@@ -259,13 +266,10 @@ def cpu_pair_fma(iters: int = 2_000_000) -> float | None:
     once, relative to one thread alone (the slower of the pair against the better of two runs alone): about 1.0 on
     two separate cores, about 0.5 when the host shares one core between them. None with fewer than two CPUs, off
     Linux, or without a C compiler. Takes about 20 ms of both CPUs."""
-    if not sys.platform.startswith("linux"):
+    pair = _pair()
+    if pair is None:
         return None
-    cpus = sorted(os.sched_getaffinity(0))
-    lib = _pair_lib() if len(cpus) >= 2 else None
-    if lib is None:
-        return None
-    ratio = lib.host_pair_fma(cpus[0], cpus[1], iters)
+    ratio = pair[0].host_pair_fma(pair[1], pair[2], iters)
     return round(ratio, 3) if ratio >= 0 else None
 
 
