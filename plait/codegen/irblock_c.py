@@ -474,10 +474,11 @@ def _expand(p: IRBlockPlan, s1: str, r1: str) -> str:
 def _copy_in(p: IRBlockPlan) -> str:
     """A block without an expand product: the chunk's input channels of the strip's rows copied into the bordered
     strip, 8 channels by 8 pixels at a time (transposed in registers with AVX2)."""
+    cs = min(8, VW) if VECTOR_MAJOR else 8  # channels a call copies: 8 rows lie in one plane of 8+ lanes
     return f"""      /* no expand product: the chunk's channels of the strip's input rows, as they are */
       for (int y = qa / w; y < qb / w; y++)
-        for (int c = 0; c < cc; c += 8)
-          plait_irb_rows8(Xb + (long)(c0 + c) * {p.h * p.w} + (long)y * w, {p.h * p.w}, cc - c < 8 ? cc - c : 8, w,
+        for (int c = 0; c < cc; c += {cs}) /* up to 8 channels at a time, within one vector's plane */
+          plait_irb_rows8(Xb + (long)(c0 + c) * {p.h * p.w} + (long)y * w, {p.h * p.w}, cc - c < {cs} ? cc - c : {cs}, w,
                           e + ((long)(y - ya) * {p.w + 2} + 1) * epx + (c / {VW}) * evs + c % {VW}, epx);
 """
 

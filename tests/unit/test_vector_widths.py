@@ -25,7 +25,7 @@ def test_cpu_kernels_match_torch_at_vector_width(width: int) -> None:
         [sys.executable, str(script), str(width)], env=env, capture_output=True, text=True, timeout=1200
     )
     assert res.returncode == 0, f"width {width}:\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
-    assert res.stdout.count("ok ") == 9, res.stdout
+    assert res.stdout.count("ok ") == 10, res.stdout
 
 
 def test_vector_width_setting_is_checked() -> None:

@@ -32,6 +32,27 @@ def inference(name: str, shape: tuple[int, ...]) -> None:
     check(f"{name} {shape} plan", f(x), want, 1e-3, 1e-4)
 
 
+def block_without_expand(c1: int, m2: int, shape: tuple[int, ...]) -> None:
+    """mobilenet_v2's first block in small without the stem before it (so it copies its input channels into the
+    fused block's scratch): ReLU6, a depthwise window and the projection, with batch-norm-style epilogues."""
+    import plait.nn.functional as F
+
+    rng = np.random.default_rng(1)
+    ws = [rng.standard_normal(s).astype(np.float32) / 3 for s in ((c1, 1, 3, 3), (m2, c1, 1, 1), (c1,), (c1,))]
+    wd, w2, sd, hd = (plait.tensor(a, device="cpu") for a in ws)
+
+    def block(t: plait.Tensor) -> plait.Tensor:
+        a = F.conv2d((t * 2.0).clip(0.0, 6.0), wd, padding=1, groups=c1) * sd.reshape(c1, 1, 1) + hd.reshape(c1, 1, 1)
+        return F.conv2d(a.clip(0.0, 6.0), w2)
+
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    tw = [torch.tensor(a) for a in ws]
+    conv = torch.nn.functional.conv2d
+    a = conv((torch.tensor(x) * 2.0).clamp(0, 6), tw[0], padding=1, groups=c1) * tw[2].reshape(c1, 1, 1)
+    want = conv((a + tw[3].reshape(c1, 1, 1)).clamp(0, 6), tw[1]).numpy()
+    check(f"block without expand {c1}->{m2} {shape}", plait.jit(block, device="cpu")(x), want, 1e-4, 1e-4)
+
+
 def training(name: str, shape: tuple[int, ...]) -> None:
     torch.manual_seed(0)
     t = build(name, num_classes=10)
@@ -64,6 +85,7 @@ def main() -> None:
     inference("resnet50", (1, 3, 112, 112))
     inference("mobilenet_v2", (2, 3, 64, 64))
     inference("alexnet", (1, 3, 63, 63))
+    block_without_expand(48, 16, (2, 48, 16, 16))
     training("resnet18", (2, 3, 64, 64))
     training("mobilenet_v2", (4, 3, 64, 64))
     training("cifar_cnn", (4, 3, 32, 32))
