@@ -7,9 +7,10 @@ goes"). Here a thread takes a unit of work (a whole image, a strip of an image's
 7x7 plane, a run of the expanded channels) in chunks of channels whose expanded strips fit in L2: it expands the
 chunk over the strip's input rows into a zero-bordered scratch strip (a plane of pixels per vector of channels,
 channels across the vector lanes, so the depthwise taps are plain vector loads), runs the depthwise window on it, and
-multiplies the chunk into the projection's sums of the strip's rows. A strip expands its border rows twice (4-14% more expand work on 56x56 to
-14x14 planes at two threads); on a 7x7 plane that would be 29-43%, so there the threads split the channels instead,
-each projecting into its own partial sums, which they add by output channel after one barrier. The weights are
+multiplies the chunk into the projection's sums of the strip's rows. A strip expands its border rows twice (4-14%
+more expand work on 56x56 to 14x14 planes at two threads); on a 7x7 plane that would be 29-43%, so there the threads
+split the channels instead, each projecting into its own partial sums, which they add by output channel after one
+barrier. The weights are
 packed once, at plan build (plait/graph/ops/pointwise_weight.py): the expand's and the projection's as k-major rows
 of all output channels, the depthwise weights as tap-major rows. A block without an expand product (mobilenet_v2's
 first: the depthwise window straight on the stem's output) runs the same way, its input channels copied into the
@@ -58,7 +59,9 @@ WITH_STEM = True
 # The expanded strip's layout: vector-major (each vector of VW channels a plane of the strip's pixels, VW floats a
 # pixel), so that a register tile's sums go out as runs of consecutive pixels and the depthwise window reads each
 # vector's plane densely; pixel-major (all of a chunk's channels at a pixel, then the next pixel) wrote one cache line
-# every cc floats, which the stores paid for (docs/benchmarks.md, twentieth session).
+# every cc floats, which the stores paid for. mobilenet_v2, per-round ratios in both build orders: b1 one thread 0.935
+# and 0.971 of pixel-major's time, two threads 0.949 and 0.962, b16 0.954 and 0.979; whole b1 replays after 0.2 s
+# pauses 0.948 and 0.936 (benchmarks/bench_flag_ab.py; docs/benchmarks.md, twentieth session).
 VECTOR_MAJOR = True
 # The expand's store loop runs a tile's channel vectors outside and its pixels inside, the epilogue's per-channel
 # operands loaded once a vector: mobilenet_v2 b1, one thread, the blocks' CPU time 0.984 and 0.962 of the pixel-outer
