@@ -31,7 +31,7 @@ from bench_ort_nodes import node_kind
 from bench_source_ab import patched_compilers
 from bench_team_barrier import scheduling
 
-from plait.bench.env import cpu_ticks
+from plait.bench.env import cpu_pair_fma, cpu_ticks
 from plait.codegen.c import TEAM_SYNC
 from plait.runtime.cpu_team import TeamRun
 
@@ -231,7 +231,7 @@ def main() -> None:
     sessions = ort_sessions(args.model, folder.name) if args.ort else {}
     ort_walls: dict[int, list[float]] = {1: [], 2: []}
     ort_y = [sess.run(None, {"x": x})[0] for sess in sessions.values()]
-    steal0, t0 = steal_ticks(), time.time()
+    steal0, t0, fma0 = steal_ticks(), time.time(), cpu_pair_fma()
     if args.fifo:
         scheduling(os.SCHED_FIFO, 1)
     res: dict[str, dict[int, tuple[np.ndarray, list[float]]]] = {k: {} for k in plans}
@@ -258,6 +258,7 @@ def main() -> None:
         "batch": args.batch,
         "load": round(os.getloadavg()[0], 2),
         "steal share": round(steal, 3),
+        "pair FMA rate (start, end; near 0.5: one core)": [fma0, cpu_pair_fma()],
     }
     for label, (plan, run, y) in plans.items():
         out[label] = summary(plan, run, res[label])
