@@ -29,8 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_onnx import MODELS
-from bench_source_ab import patched_compilers
-from bench_team_steps import add_ab, build, per_step, stamped_replays
+from bench_team_steps import add_ab, build, build_ab, per_step, stamped_replays
 
 
 def plans(model: str, batch: int, x: np.ndarray, flag: list[str] | None, ab: list[tuple[str, str]]) -> dict[str, Any]:
@@ -46,9 +45,7 @@ def plans(model: str, batch: int, x: np.ndarray, flag: list[str] | None, ab: lis
         return {"A": a, "B": build(model, batch, x)}
     if not ab:
         raise SystemExit("give --flag MODULE NAME A B or --ab OLD NEW")
-    a = build(model, batch, x)
-    patched_compilers(ab)
-    return {"A": a, "B": build(model, batch, x)}
+    return build_ab(model, batch, x, ab)
 
 
 def quartiles(v: list[float] | np.ndarray) -> str:

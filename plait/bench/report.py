@@ -88,7 +88,10 @@ def _pair_line(result: dict[str, Any]) -> list[str]:
     rate = ""
     if fma != [None, None]:
         rates = " / ".join("n/a" if v is None else f"{v:.2f}" for v in fma)
-        rate = f"; two threads' multiply-add rate {rates} of one thread's (near 1: two cores; near 0.5: the host ran both on one core)"
+        rate = (
+            f"; two threads' multiply-add rate {rates} of one thread's"
+            " (near 1: two cores; near 0.5: the host ran both on one core)"
+        )
     return [f"CPU pair round trip {ns} ns at start / end (a cache line between the first two CPUs){rate}"]
 
 

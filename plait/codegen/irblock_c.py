@@ -10,11 +10,10 @@ channels across the vector lanes, so the depthwise taps are plain vector loads),
 multiplies the chunk into the projection's sums of the strip's rows. A strip expands its border rows twice (4-14%
 more expand work on 56x56 to 14x14 planes at two threads); on a 7x7 plane that would be 29-43%, so there the threads
 split the channels instead, each projecting into its own partial sums, which they add by output channel after one
-barrier. The weights are
-packed once, at plan build (plait/graph/ops/pointwise_weight.py): the expand's and the projection's as k-major rows
-of all output channels, the depthwise weights as tap-major rows. A block without an expand product (mobilenet_v2's
-first: the depthwise window straight on the stem's output) runs the same way, its input channels copied into the
-bordered strip (transposed 8 x 8 in registers with AVX2) in place of the expand.
+barrier. The weights are packed once, at plan build (plait/graph/ops/pointwise_weight.py): the expand's and the
+projection's as k-major rows of all output channels, the depthwise weights as tap-major rows. A block without an
+expand product (mobilenet_v2's first: the depthwise window straight on the stem's output) runs the same way, its
+input channels copied into the bordered strip (transposed 8 x 8 in registers with AVX2) in place of the expand.
 """
 
 from __future__ import annotations
