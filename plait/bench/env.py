@@ -263,14 +263,15 @@ def cpu_pair_ns(rounds: int = 20000) -> float | None:
 # as a one-thread run, whatever the framework (docs/benchmarks.md, twentieth session).
 def cpu_pair_fma(iters: int = 2_000_000) -> float | None:
     """The multiply-add rate of each of two threads pinned to the first two CPUs this process may use, running at
-    once, relative to one thread alone (the slower of the pair against the better of two runs alone): about 1.0 on
-    two separate cores, about 0.5 when the host shares one core between them. None with fewer than two CPUs, off
-    Linux, or without a C compiler. Takes about 20 ms of both CPUs."""
+    once, relative to one thread alone (the slower of the pair against the better of two runs alone), the median of
+    three such measurements: about 1.0 on two separate cores, about 0.5 when the host shares one core between them.
+    Another job on the machine disturbs it either way (a run alone that another thread slowed reads above 1). None with
+    fewer than two CPUs, off Linux, or without a C compiler. Takes about 60 ms of both CPUs."""
     pair = _pair()
     if pair is None:
         return None
-    ratio = pair[0].host_pair_fma(pair[1], pair[2], iters)
-    return round(ratio, 3) if ratio >= 0 else None
+    ratios = sorted(pair[0].host_pair_fma(pair[1], pair[2], iters) for _ in range(3))
+    return round(ratios[1], 3) if ratios[0] >= 0 else None
 
 
 def environment(threads: int, plait_devices: list[str]) -> dict[str, Any]:
