@@ -56,6 +56,12 @@ class Allocator:
     def copy_out(self, buf: Buffer, dst: np.ndarray) -> None:
         raise NotImplementedError
 
+    def host_view(self, buf: Buffer, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        """`buf`'s memory as an array of `shape` and `dtype` that the host reads and writes directly (a plan's calls
+        copy inputs and outputs through it with no further Python), or None where device memory is not host memory
+        (copy_in and copy_out then do the work)."""
+        return None
+
     def release_cached(self) -> int:
         """Give the freed blocks this allocator keeps for reuse back to the device; returns the bytes released."""
         pool: dict[int, list[Any]] = getattr(self, "pool", {})

@@ -88,6 +88,11 @@ class CPUAllocator(Allocator):
     def copy_out(self, buf: Buffer, dst: np.ndarray) -> None:
         dst.reshape(-1).view(np.uint8)[:] = buf.handle[: buf.nbytes]
 
+    def host_view(self, buf: Buffer, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        if buf.nbytes >= COPY_TEAM_BYTES:
+            return None  # large inputs are copied by the team's threads (copy_in)
+        return buf.handle[: buf.nbytes].view(dtype).reshape(shape)
+
     def copy(self, dst: Buffer, src: Buffer) -> None:
         dst.handle[: dst.nbytes] = src.handle[: src.nbytes]
 

@@ -132,6 +132,66 @@ def test_unknown_operator_and_opset() -> None:
         InferenceSession(_mlp(opset=5).SerializeToString(), device="cpu")
 
 
+def test_repeated_calls_take_the_short_path_and_keep_every_check(device: str) -> None:
+    """A call repeating the last one's feed signature and output names skips the full feed check (_repeatable):
+    its results still match NumPy, are fresh arrays each call, and any other feed still gets the full check."""
+    model = _mlp()
+    sess = InferenceSession(model.SerializeToString(), device=device)
+    rng = np.random.default_rng(3)
+    first = None
+    for _ in range(3):
+        x = rng.standard_normal((2, 4)).astype(np.float32)
+        logits, probs = sess.run(None, {"x": x})
+        assert sess._repeat is not None
+        want_l, want_p = _numpy_mlp(model, x)
+        np.testing.assert_allclose(logits, want_l, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(probs, want_p, rtol=1e-4, atol=1e-6)
+        if first is not None:
+            assert logits is not first
+        first = logits
+        logits[:] = 7.0  # the caller owns its results: the next call must not see this
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(["probs"], {"x": x})[0], _numpy_mlp(model, x)[1], rtol=1e-4, atol=1e-6)
+    # a non-contiguous feed of the same signature
+    wide = rng.standard_normal((6, 8)).astype(np.float32)
+    np.testing.assert_allclose(
+        sess.run(["probs"], {"x": wide[:, ::2]})[0], _numpy_mlp(model, wide[:, ::2])[1], rtol=1e-4, atol=1e-6
+    )
+    # the same output twice: two arrays, equal and distinct
+    a, b = sess.run(["probs", "probs"], {"x": x})
+    assert a is not b and np.array_equal(a, b)
+    with pytest.raises(plait.PlaitError, match="'x' has dtype float64"):
+        sess.run(["probs"], {"x": x.astype(np.float64)})
+    with pytest.raises(plait.PlaitError, match="'y' is not an input"):
+        sess.run(["probs"], {"y": x})
+    with pytest.raises(plait.PlaitError, match="'nope' is not an output"):
+        sess.run(["nope"], {"x": x})
+
+
+def test_plan_call_copies_through_host_views() -> None:
+    """Plan.__call__ on the cpu copies inputs and outputs through host views of its buffers: casts, non-contiguous
+    inputs and fresh outputs behave as copy_in and copy_out did."""
+    from plait.frontends.native.jit import jit
+    from plait.frontends.native.tensor import Tensor
+
+    @jit(device="cpu")
+    def f(x: Tensor) -> Tensor:
+        return (x * 2.0 + 1.0).relu()
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    y1 = np.asarray(f(x))
+    np.testing.assert_allclose(y1, np.maximum(x * 2 + 1, 0), rtol=1e-6)
+    plan = f.plan_for([x])[0]
+    ins, outs = plan._host_io()
+    assert ins[0] is not None and outs[0][1] is not None
+    y2 = np.asarray(f(x.T.copy().T))  # a non-contiguous view of the same values
+    np.testing.assert_array_equal(y1, y2)
+    assert y1 is not y2
+    y1[:] = -1.0
+    np.testing.assert_array_equal(np.asarray(f(x)), y2)
+
+
 def test_bad_feeds_name_the_input() -> None:
     sess = InferenceSession(_mlp(batch=2).SerializeToString(), device="cpu")
     good = np.ones((2, 4), np.float32)
