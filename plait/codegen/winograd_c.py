@@ -77,9 +77,14 @@ MIN_CHANNELS = 32  # fewer input or output channels stay on the implicit GEMM
 # 16.9, 128 channels 28x28 b1 3.7 against 4.2, 64 channels 28x28 b1 0.62 against 1.04 (docs/benchmarks.md, "cpu
 # training step: layer4 by Winograd")
 PER_CALL_MIN_POSITIONS = 784
-# fewest output tiles for each tile size: F(2,3) needs one 16-wide vector of tiles; F(4,3), whose U is 2.25x F(2,3)'s,
-# lost to F(2,3) on 16 tiles (14x14 at batch 1: 1.45x against 1.67x over the implicit GEMM) and won from 49 on
-MIN_TILES_F4 = 32
+# fewest output tiles for each tile size: F(2,3) needs one 16-wide vector of tiles. F(4,3), whose U is 2.25x F(2,3)'s,
+# once lost to F(2,3) on 16 tiles (14x14 at batch 1: 1.45x against 1.67x over the implicit GEMM, on an earlier host);
+# on the Zen 3 guest it wins there: batch 1, two threads, per-round ratios of each kernel's span inside whole replays
+# (benchmarks/bench_flag_ab.py --steps, F(4,3) / F(2,3)): resnet50's and resnet18's 256-channel 14x14 layers
+# 0.90-0.95, alexnet's 13x13 layers 0.88-0.92, vgg16's 512-channel 14x14 layers (a 38 MB U each) 0.94-0.95; whole
+# resnet50 replays 0.987 and 0.980 in the two orders (docs/benchmarks.md, twenty-first session). 7x7 planes (4 tiles)
+# stay on F(2,3). With 16-float vectors (the AVX-512 hosts the earlier measurement came from) the old bound stays.
+MIN_TILES_F4 = 32 if gemm_c.VW == 16 else 16
 MIN_TILES_F2 = 16
 # fewest F(2,3) tiles for a U that leaves L2 (`_tile_m`). With 8-float vectors the implicit GEMM of resnet50's
 # 512-channel 7x7 layers runs further below the core's peak than with 16, and F(2,3) wins there too: two threads,
@@ -229,8 +234,8 @@ def _tile_m(spec: Any, constant_weight: bool) -> int | None:
     if not constant_weight and win.n * win.oh * win.ow < PER_CALL_MIN_POSITIONS:
         return None  # a weight transform on every call costs more than a small output saves
     tiles = {m: win.n * -(-win.oh // m) * -(-win.ow // m) for m in (2, 4)}
-    # F(4, 3) wins wherever there are enough tiles to share U (4x the weight) over; 7x7 and 14x14 outputs at batch 1
-    # have 4 and 16, so they take F(2, 3) (16 and 49 tiles), and fewer still stay on the GEMM
+    # F(4, 3) wins wherever there are enough tiles to share U (4x the weight) over, 14x14 outputs at batch 1 (16)
+    # included with 8-float vectors; 7x7 ones have 4, so they take F(2, 3) (16 tiles), and fewer still stay on the GEMM
     if tiles[4] >= MIN_TILES_F4:
         return 4
     if tiles[2] >= MIN_TILES_F2:

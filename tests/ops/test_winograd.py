@@ -138,7 +138,8 @@ def test_winograd_eager_replays_transform_with_new_weights():
     ("geo", "stride", "want"),
     [
         ((2, 64, 64, 16, 16), 1, "WINO4"),  # 32 tiles of 4x4: F(4,3)
-        ((1, 64, 64, 14, 14), 1, "WINO2"),  # batch-1 14x14: 16 tiles of 4x4 share U too little; 49 of 2x2
+        # batch-1 14x14: 16 tiles of 4x4 with 8-float vectors (winograd_c.MIN_TILES_F4), else 49 of 2x2
+        ((1, 64, 64, 14, 14), 1, "WINO2" if gemm_c.VW == 16 else "WINO4"),
         ((1, 64, 64, 7, 7), 1, "WINO2"),  # batch-1 7x7: 4 tiles of 4x4 would pad a panel 4x; 16 of 2x2
         # ... unless U (16 MB) leaves L2 with one panel of tiles to share it, where 16-float vectors run the GEMM
         # near the core's peak (8-float ones: F(2,3) still wins, winograd_c.F2_BIG_U_TILES)

@@ -76,10 +76,14 @@ def _conv_relu_matches_torch(c: int, hw: int, kind: str, what: str) -> None:
 
 
 def test_small_deep_layer_matches_torch():
-    """resnet18 b1's 256-channel 14x14 layer as the per-layer choice runs it (F(2,3); at VW 16 the 12x2 register tile,
-    43 -> 22 row groups of which the last holds 4 of 12 rows; narrower, 6x2 with the 49th tile on the one-vector
-    kernel), with its bias and ReLU, against PyTorch."""
-    _conv_relu_matches_torch(256, 14, "WINO2_", "resnet18 layer3 b1")
+    """resnet18 b1's 256-channel 14x14 layer in F(2,3) (PLAIT_WINOGRAD=2; at VW 16 the 12x2 register tile, 43 -> 22
+    row groups of which the last holds 4 of 12 rows; narrower, 6x2 with the 49th tile on the one-vector kernel) and
+    as the per-layer choice runs it (F(4,3) on 16 tiles with narrower vectors), with its bias and ReLU, against
+    PyTorch."""
+    with settings.override(PLAIT_WINOGRAD="2"):
+        _conv_relu_matches_torch(256, 14, "WINO2_", "resnet18 layer3 b1, F(2,3)")
+    choice = "WINO2_" if gemm_c.VW == 16 else "WINO4_"
+    _conv_relu_matches_torch(256, 14, choice, "resnet18 layer3 b1, the per-layer choice")
 
 
 def test_product_tasks_split_evenly_over_two_threads():
