@@ -50,6 +50,15 @@ L2_CHUNK = 1 << 20  # bytes of one chunk's scratch (bordered expanded plane + de
 # partial projection of the whole plane, and no thread waits for another. 7x7 planes are split by channels: strips
 # of rows would expand 29-43% more, and measured 4% slower (docs/benchmarks.md).
 ROWS_PIXELS = 49
+# Strips short enough for all of a block's expanded channels to fit L2_CHUNK at once, where that leaves strips of at
+# least this many output rows (0: strips as short as one panel of channels needs, the channels in chunks). One
+# projection pass then runs over the whole depth into C, where chunks of channels each ran a shallow pass (mobilenet_v2
+# b16's 112x112 stride-2 block: six chunks of 16 channels) and added its sums back into the partial output; the
+# shorter strips expand a border row (stride 2) or two (stride 1) more per strip. On one image the strips are a whole
+# number per thread. mobilenet_v2, two threads, per-round ratios of the large-plane blocks' spans inside whole replays
+# (benchmarks/bench_flag_ab.py --steps, both orders): b1 112x112 stride-2 block 0.81 / 0.86, the stem block 0.93 /
+# 0.93; b16 0.93 / 0.96, 0.90 / 0.96, 56x56 stride-1 0.94 / 0.91 (docs/benchmarks.md, twenty-first session).
+WHOLE_CHUNK_ROWS = 4
 # blocks without an expand product (a depthwise window and the projection alone reading it: mobilenet_v2's first
 # block) fuse too, the input copied into the scratch (docs/benchmarks.md)
 WITHOUT_EXPAND = True
@@ -119,17 +128,24 @@ class IRBlockPlan:
 
     @property
     def cache_strips(self) -> int:
-        """Fewest strips of output rows an image is cut into so that a strip's scratch for one panel of channels
-        (bordered expanded rows and depthwise output) fits in L2_CHUNK bytes: 2 on a 56x56 stride-1 plane, 4 on a
-        112x112 stride-2 one, 1 on smaller planes."""
+        """Fewest strips of output rows an image is cut into so that a strip's scratch (bordered expanded rows and
+        depthwise output) fits in L2_CHUNK bytes: for all the expanded channels where such strips keep at least
+        WHOLE_CHUNK_ROWS rows (mobilenet_v2: 7 strips of its 112x112 stride-2 block, 4 of its 56x56 stride-1 ones),
+        else for one panel of channels, the strip then running its channels in chunks."""
+        if WHOLE_CHUNK_ROWS:
+            rows = 1
+            while rows < self.ho and self._strip_bytes(rows + 1, self.c1) <= L2_CHUNK:
+                rows += 1
+            if rows >= WHOLE_CHUNK_ROWS or rows == self.ho:
+                return -(-self.ho // rows)
         rows = 1
         while rows < self.ho and self._strip_bytes(rows + 1) <= L2_CHUNK:
             rows += 1
         return -(-self.ho // rows)
 
-    def _strip_bytes(self, rows: int) -> int:
-        """Bytes of one panel's scratch for a strip of `rows` output rows."""
-        return (((rows - 1) * self.stride + 3) * (self.w + 2) + rows * self.wo) * GP * 4
+    def _strip_bytes(self, rows: int, channels: int = GP) -> int:
+        """Bytes of the scratch of `channels` channels (default: one panel) for a strip of `rows` output rows."""
+        return (((rows - 1) * self.stride + 3) * (self.w + 2) + rows * self.wo) * channels * 4
 
     @property
     def by_rows(self) -> bool:
@@ -514,7 +530,10 @@ def render(
      whole images; one image on a small plane split by channels */
   int by_rows = {int(p.by_rows)} || threads == 1;
   int strips = by_rows && threads > images ? (threads + images - 1) / images : 1;
-  if (by_rows && strips < {p.cache_strips}) strips = {p.cache_strips}; /* strips whose scratch stays in L2 */
+  if (by_rows && strips < {p.cache_strips}) {{ /* strips whose scratch stays in L2, a whole number per thread */
+    strips = {p.cache_strips};
+    if (images == 1) strips = (strips + threads - 1) / threads * threads;
+  }}
   int strip = (ho + strips - 1) / strips, eh = (strip - 1) * {p.stride} + 3;
   /* channel vectors per chunk: the chunk's bordered strip and depthwise output fit in L2_CHUNK bytes */
   long per_vector = ((long)eh * {wp} + (long)strip * wo) * {VW};

@@ -82,7 +82,8 @@ CASES = [  # input channels, expanded channels, output channels, images and plan
     (16, 96, 24, (14, 14), 2, False),  # stride 2 on an even plane
     (24, 144, 40, (13, 13), 2, False),  # stride 2 on an odd plane: the last strip's bottom border is the zero row
     (40, 192, 70, (11, 11), 2, False),  # 70 output channels: a partial vector and a partial panel
-    (8, 96, 8, (52, 52), 1, True),  # two strips (at one thread too, for L2), each in two chunks of channels
+    (8, 96, 8, (52, 52), 1, True),  # strips short enough for all 96 channels (three; four at two and four threads)
+    (16, 96, 24, (112, 112), 2, False),  # mobilenet_v2's 112x112 stride-2 block: seven strips, or eight (two threads)
     (8, 48, 8, (2, 400), 2, False),  # one output row: a second thread has no rows
     # planes of up to 49 pixels: threads split the expanded channels
     (24, 144, 24, (5, 5), 1, True),  # 25 pixels: a partial pixel tile in both products
@@ -253,3 +254,18 @@ def test_block_with_stem_matches_torch(
     f = _stem_block(ws, stem_stride, stride)
     what = f"stem block {ci}->{c1}->{m2} {n}x{h}x{w} s{stem_stride}/{stride}, {team_size} threads"
     _check_runs(f, x, ["IRBLOCK"], _torch_stem_block(x, ws, stem_stride, stride), what)
+
+
+CHUNKED = {  # wide-plane cases run with WHOLE_CHUNK_ROWS=0: strips as short as one panel of channels needs
+    "expand": lambda n: test_block_matches_torch(8, 96, 8, (52, 52), 1, True, n),  # two strips, two chunks each
+    "without_expand": lambda n: test_block_without_expand_matches_torch(96, 40, (60, 60), 1, False, n),
+    "stem": lambda n: test_block_with_stem_matches_torch(3, 48, 16, (1, 200, 200), 2, 1, n),  # three chunks each
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHUNKED))
+def test_blocks_in_chunks_of_channels_match_torch(case: str, team_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where strips short enough for all the expanded channels would be under WHOLE_CHUNK_ROWS rows, a strip runs its
+    channels in chunks, each chunk's projection added to the sums of the ones before: that path against PyTorch."""
+    monkeypatch.setattr(irblock_c, "WHOLE_CHUNK_ROWS", 0)
+    CHUNKED[case](team_size)
