@@ -236,14 +236,49 @@ class CStyleRenderer:
         params, names = self._params(out, inputs)
         idx_t = self.idx_type(out.size, *(n.size for n in inputs))
         b = ExprBuilder(self, names, idx_t)
-        head, cs = self._row_coords(b, root.shape)
+        shape = root.shape
+        split = self._row_split(root, set(names))
+        if split:  # the row axis looped as (a, j): rows of its `split` innermost positions (see _row_split)
+            shape = (*shape[:-1], shape[-1] // split, split)
+        head, cs = self._row_coords(b, shape)
+        if cs and split:
+            b.row_split = (root.shape[-1], split, cs[-2], cs[-1])
+            cs = [*cs[:-2], f"({cs[-2]} * {split} + {cs[-1]})"]
         v = b.value(root, Idx(root.shape, linear="gid", coords=cs) if cs else Idx(root.shape, linear="gid"))
         b.lines.append(self.store(out.dtype, "b0", "gid", v))
         # A vectorised loop evaluates every branch under a mask: with many cat sources (an unrolled RNN's gradient
         # joins hundreds) scalar branches are an order of magnitude faster.
         simd_ok = b.cat_parts <= MAX_SIMD_CAT_PARTS
-        lines, gs, ls = self._loop(b, head, root.shape, out.size, idx_t, out.size * max(1, len(b.lines)), simd_ok)
+        lines, gs, ls = self._loop(b, head, shape, out.size, idx_t, out.size * max(1, len(b.lines)), simd_ok)
         return self._finish("E", out, params, lines, gs, ls)
+
+    def _row_split(self, root: Node, leaves: set[int]) -> int:
+        """Where an operand reads the root's last axis through a reshape that splits it (a channel-major view
+        (C, N*H*W) of an NCHW tensor: N, H, W), the innermost positions its trailing parts cover, common to every
+        such reshape (H*W): the row loop then runs over those, one row per leading position, so that each operand's
+        row is a contiguous run. Without it each element's source position was divided out of the flat index and
+        loaded by a gather (a training step's batch-norm gradients ran at 3-4 GB/s). 0: no split."""
+        if not self.row_loops or len(root.shape) < 1 or root.shape[-1] < 2 * ROW_MIN_WIDTH:
+            return 0
+        w = root.shape[-1]
+        found: list[int] = []
+        seen: set[int] = set()
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            if n.uid in seen or n.uid in leaves:
+                continue
+            seen.add(n.uid)
+            if n.op == "reshape" and n.shape == root.shape:
+                src, lead = n.srcs[0].shape, [d for d in root.shape[:-1] if d != 1]
+                dims = [d for d in src if d != 1]
+                if dims[: len(lead)] == lead and math.prod(dims[len(lead) :]) == w and len(dims) - len(lead) >= 2:
+                    found.append(w // dims[len(lead)])
+            stack.extend(n.srcs)
+        if not found:
+            return 0
+        b = math.gcd(*found)
+        return b if ROW_MIN_WIDTH <= b < w and self._row_width((*root.shape[:-1], w // b, b)) else 0
 
     def render_elementwise_group(self, out: Node, writes: list[Node], inputs: list[Node]) -> RenderedKernel:
         """One kernel computing several elementwise outputs of out's size at each index: `out` (b0) and `writes`,

@@ -45,6 +45,9 @@ class ExprBuilder:
         self.cache: dict[Any, str] = {}
         self.n = 0
         self.cat_parts = 0  # sources of the cats rendered so far: each is a branch a vectorised loop would evaluate
+        # (width, inner, a, j) when a row loop splits the root's last axis (cstyle._row_split): its coordinate is
+        # "(a * inner + j)", and a reshape that splits that axis takes its parts from a and j apart
+        self.row_split: tuple[int, int, str, str] | None = None
 
     def tmp(self, ctype: str, expr: str, prefix: str = "t") -> str:
         self.n += 1
@@ -87,6 +90,9 @@ class ExprBuilder:
         return idx.linear
 
     def _reshape_idx(self, idx: Idx, src_shape: tuple[int, ...]) -> Idx:
+        split = self._split_reshape(idx, src_shape)
+        if split is not None:
+            return split
         if idx.linear is not None:
             return Idx(src_shape, linear=idx.linear)
         a = [(c, s) for c, s in zip(self.coords(idx), idx.shape, strict=True) if s != 1]
@@ -94,6 +100,40 @@ class ExprBuilder:
             it = iter(c for c, _ in a)
             return Idx(src_shape, coords=[next(it) if s != 1 else "0" for s in src_shape])
         return Idx(src_shape, linear=self.linear(idx))
+
+    def _split_reshape(self, idx: Idx, src_shape: tuple[int, ...]) -> Idx | None:
+        """The source coordinates of a reshape that keeps idx's leading axes and splits its last one, where that axis
+        is the row loop's split coordinate (a * inner + j, self.row_split) and `inner` is a product of the split's
+        trailing parts: those parts' coordinates from j, the others' from a. None otherwise."""
+        if self.row_split is None or idx.coords is None:
+            return None
+        w, inner, a, j = self.row_split
+        if idx.shape[-1] != w or idx.coords[-1] != f"({a} * {inner} + {j})":
+            return None
+        lead = [(c, s) for c, s in zip(idx.coords[:-1], idx.shape[:-1], strict=True) if s != 1]
+        axes = [i for i, s in enumerate(src_shape) if s != 1]
+        if [src_shape[i] for i in axes[: len(lead)]] != [s for _, s in lead]:
+            return None
+        rest = axes[len(lead) :]
+        tail, prod = len(rest), 1
+        while tail > 0 and prod < inner:
+            tail -= 1
+            prod *= src_shape[rest[tail]]
+        if prod != inner or tail == 0 or math.prod(src_shape[i] for i in rest) != w:
+            return None
+        coords = ["0"] * len(src_shape)
+        for (c, _), i in zip(lead, axes, strict=False):
+            coords[i] = c
+        outer = self.coords(Idx(tuple(src_shape[i] for i in rest[:tail]), linear=a))
+        # the inner parts as expressions of j, not temporaries, so that linear() folds (j / d) * d + j % d back to j
+        dims = [src_shape[i] for i in rest[tail:]]
+        inside = []
+        for k, (d, t) in enumerate(zip(dims, strides_of(tuple(dims)), strict=True)):
+            e = j if t == 1 else f"({j} / {t})"
+            inside.append(f"({e} % {d})" if k else e)
+        for i, c in zip(rest, [*outer, *inside], strict=True):
+            coords[i] = c
+        return Idx(src_shape, coords=coords)
 
     def _clamp(self, e: str, hi: int) -> str:
         return f"(({e}) < 0 ? 0 : (({e}) > {hi} ? {hi} : ({e})))"

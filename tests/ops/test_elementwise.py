@@ -184,3 +184,22 @@ def test_zero_size_and_zero_dim(device):
     a = rand((2, 2), "float32", seed=10)
     assert_close((s * plait.tensor(a, device=device)).numpy(), 2.5 * a, "float32", "0-d broadcast")
     assert (s + 1).item() == 3.5
+
+
+@pytest.mark.parametrize(("n", "c", "h", "w"), [(3, 5, 6, 7), (2, 4, 16, 16), (4, 3, 1, 40)])
+def test_channel_major_view_of_nchw_rows_split_per_image(device, n, c, h, w):
+    """An elementwise kernel over a channel-major view (C, N*H*W) of an NCHW tensor, beside an operand stored in that
+    view's order and a per-channel one (a batch-norm gradient's shape): on the cpu the row loop runs over each image's
+    H*W positions (cstyle._row_split), so the NCHW operand's row is a contiguous run, not positions divided out of the
+    flat index; the values match NumPy on every device."""
+    x = rand((n, c, h, w), seed=1)
+    y = rand((c, n * h * w), seed=2)
+    s = rand((c, 1), seed=3)
+    xt, yt, st = (plait.tensor(a, device=device) for a in (x, y, s))
+    f = plait.jit(lambda a, b, k: (a.permute(1, 0, 2, 3).reshape(c, n * h * w) - b * k) * k, device=device)
+    want = (x.transpose(1, 0, 2, 3).reshape(c, n * h * w) - y * s) * s
+    assert_close(np.asarray(f(xt, yt, st)), want, "float32", "channel-major view", tol_scale=4)
+    if device == "cpu" and h * w >= 16:
+        plan, _ = f.plan_for([x, y, s])
+        src = next(k.source for k in plan.kernels if k.name.startswith("E_"))
+        assert f"j < {h * w};" in src, src
