@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from plait import dtypes
-from plait.codegen.expr import ExprBuilder, Idx
+from plait.codegen.expr import ExprBuilder, Idx, strides_of
 from plait.dtypes import DType
 from plait.graph.node import Node
 
@@ -297,14 +297,19 @@ class CStyleRenderer:
         return k
 
     def _row_width(self, shape: tuple[int, ...]) -> tuple[int, int] | None:
-        """(axis, width) of the row loop over `shape`'s last axis longer than 1, when the dialect loops rows, the
-        rows are long enough to vectorise and there are enough of them to share among threads; else None."""
+        """(axis, width) of the row loop over `shape`'s last axis longer than 1, with the axes before it merged in
+        while the row is shorter than ROW_MIN_WIDTH (a 7x7 plane: rows of 49), when the dialect loops rows, the rows
+        are long enough to vectorise and there are enough of them to share among threads; else None."""
         axes = [a for a, d in enumerate(shape) if d != 1]
-        if not self.row_loops or not axes or shape[axes[-1]] < ROW_MIN_WIDTH:
+        if not self.row_loops or not axes:
             return None
-        if math.prod(shape) // shape[axes[-1]] < ROW_MIN_COUNT:
+        k, width = len(axes) - 1, shape[axes[-1]]
+        while width < ROW_MIN_WIDTH and k > 0:
+            k -= 1
+            width *= shape[axes[k]]
+        if width < ROW_MIN_WIDTH or math.prod(shape) // width < ROW_MIN_COUNT:
             return None
-        return axes[-1], shape[axes[-1]]
+        return axes[k], width
 
     def _row_coords(self, b: ExprBuilder, shape: tuple[int, ...]) -> tuple[list[str], list[str] | None]:
         """For a row loop over `shape`: the lines that place row `o` (run once per row) and the coordinates of
@@ -315,7 +320,13 @@ class CStyleRenderer:
         ax, _ = row
         outer = b.coords(Idx(shape[:ax], linear="o")) if ax else []
         head, b.lines = b.lines, []
-        return head, [*outer, "j", *["0"] * (len(shape) - ax - 1)]
+        # the row's axes from j, as expressions (not temporaries), so that an operand laid out like the row reads
+        # at j: ExprBuilder.linear folds (j / d) * d + j % d back
+        inner: list[str] = []
+        for d, t in zip(shape[ax:], strides_of(shape[ax:]), strict=True):
+            e = "j" if t == 1 else f"(j / {t})"
+            inner.append("0" if d == 1 else f"({e} % {d})" if any(c != "0" for c in inner) else e)
+        return head, [*outer, *inner]
 
     def _loop(
         self, b: ExprBuilder, head: list[str], shape: tuple[int, ...], n: int, idx_t: str, work: int, simd_ok: bool
