@@ -86,15 +86,16 @@ def export(name: str) -> bytes:
     return buf.getvalue()
 
 
-# ONNX Runtime's idle workers spin for tens of milliseconds after a run (their default, unlike OMP_WAIT_POLICY=PASSIVE
-# for plait and torch): whoever ran next in a round paid for it (resnet18 b1 under load: 116 ms after ORT, 85 ms
-# elsewhere), so every timed call is followed by this pause before the next contender starts
-SETTLE_S = 0.2
-# and a call of ORT (named "ort") by this longer one: under load (6-7 on the 2 cores) 0.2 s was not enough. The twin
-# of mobilenet_v2 b1 at 2 threads, medians of 31 rounds: 54.2 ms 0.2 s after ORT, 50.6 ms 1 s after it, 48.2 ms
-# 0.2 s after ORT with spinning off, 45.3 ms after no ORT (resnet18 b1: 276 ms at once, 184 after 0.2 s, 180 after
-# 1 s, 166 after no ORT)
-ORT_SETTLE_S = 1.0
+# Every timed call is followed by the same pause before the next contender starts.
+# - It must outlast ONNX Runtime's idle workers, which spin for tens of milliseconds after a run (their default,
+#   unlike OMP_WAIT_POLICY=PASSIVE for plait and torch): whoever ran next paid for it (resnet18 b1 under load: 116 ms
+#   after ORT, 85 ms elsewhere), and under load (6-7 on the 2 cores) 0.2 s was not enough (the twin of mobilenet_v2
+#   b1 at 2 threads, medians of 31 rounds: 54.2 ms 0.2 s after ORT, 50.6 ms 1 s after it, 45.3 ms after no ORT).
+# - It must be the same after every contender: a call after a longer idle runs slower on a shared host (cores clocked
+#   down or caches taken). resnet50 b1, 16 rounds alternating pause lengths (2026-11-24): plait.onnx 59.95 ms after
+#   0.2 s and 65.53 after 1 s, ORT 61.90 and 64.35. Until then the pause was 1 s after ORT and 0.2 s after the others,
+#   so plait's contenders followed a 1 s pause in half their calls and ORT in none.
+SETTLE_S = 1.0
 
 
 def round_order(names: list[str], r: int) -> list[str]:
@@ -109,12 +110,12 @@ def round_order(names: list[str], r: int) -> list[str]:
 def measure_rounds(fns: dict[str, Callable[[], Any]], iters: int, max_seconds: float) -> dict[str, dict[str, Any]]:
     """Time each of `fns` once per round, in the order `round_order` gives, for up to `iters` rounds (at least 3,
     fewer once they pass `max_seconds` of timed calls) after one warm-up each: on a machine that other jobs share, a
-    change of load then hits every contender alike. Each call is followed by a pause (SETTLE_S, ORT_SETTLE_S after
-    "ort"). Per name, plait.bench.timing.measure's statistics (median, quartiles, min, max, samples)."""
+    change of load then hits every contender alike. Each call is followed by the same pause (SETTLE_S). Per name,
+    plait.bench.timing.measure's statistics (median, quartiles, min, max, samples)."""
     names = list(fns)
     for n in names:
         fns[n]()
-        time.sleep(ORT_SETTLE_S if n == "ort" else SETTLE_S)
+        time.sleep(SETTLE_S)
     samples: dict[str, list[float]] = {n: [] for n in names}
     spent = 0.0
     for r in range(iters):
@@ -123,7 +124,7 @@ def measure_rounds(fns: dict[str, Callable[[], Any]], iters: int, max_seconds: f
             fns[n]()
             samples[n].append((time.perf_counter() - t0) * 1e3)
             spent += samples[n][-1] / 1e3
-            time.sleep(ORT_SETTLE_S if n == "ort" else SETTLE_S)
+            time.sleep(SETTLE_S)
         if spent > max_seconds and r >= 2:
             break
     return {n: summarize(v) for n, v in samples.items()}
