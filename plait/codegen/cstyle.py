@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from plait import dtypes
-from plait.codegen.expr import ExprBuilder, Idx, strides_of
+from plait.codegen.expr import ExprBuilder, Idx, coord_exprs
 from plait.dtypes import DType
 from plait.graph.node import Node
 
@@ -320,13 +320,8 @@ class CStyleRenderer:
         ax, _ = row
         outer = b.coords(Idx(shape[:ax], linear="o")) if ax else []
         head, b.lines = b.lines, []
-        # the row's axes from j, as expressions (not temporaries), so that an operand laid out like the row reads
-        # at j: ExprBuilder.linear folds (j / d) * d + j % d back
-        inner: list[str] = []
-        for d, t in zip(shape[ax:], strides_of(shape[ax:]), strict=True):
-            e = "j" if t == 1 else f"(j / {t})"
-            inner.append("0" if d == 1 else f"({e} % {d})" if any(c != "0" for c in inner) else e)
-        return head, [*outer, *inner]
+        # the row's axes from j as expressions, so that an operand laid out like the row reads at j
+        return head, [*outer, *coord_exprs("j", shape[ax:])]
 
     def _loop(
         self, b: ExprBuilder, head: list[str], shape: tuple[int, ...], n: int, idx_t: str, work: int, simd_ok: bool

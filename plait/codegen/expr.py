@@ -23,6 +23,17 @@ def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+def coord_exprs(lin: str, shape: tuple[int, ...]) -> list[str]:
+    """The per-axis coordinates of row-major index `lin` in `shape` as C expressions: "0" on axes of size 1, the first
+    other axis without a modulo. Kept as expressions (not temporaries), adjacent (X / d) and (X % d) fold back to X
+    in ExprBuilder.linear."""
+    out: list[str] = []
+    for s, t in zip(shape, strides_of(shape), strict=True):
+        e = lin if t == 1 else f"({lin} / {t})"
+        out.append("0" if s == 1 else f"({e} % {s})" if any(c != "0" for c in out) else e)
+    return out
+
+
 class Idx:
     """An element position in `shape`: a linear (row-major) index, per-axis coordinates, or both."""
 
@@ -59,19 +70,8 @@ class ExprBuilder:
 
     def coords(self, idx: Idx) -> list[str]:
         if idx.coords is None:
-            lin, shape = idx.linear, idx.shape
-            assert lin is not None
-            st = strides_of(shape)
-            cs = []
-            for i, (s, t) in enumerate(zip(shape, st, strict=True)):
-                if s == 1:
-                    cs.append("0")
-                    continue
-                e = lin if t == 1 else f"({lin} / {t})"
-                if i > 0 and math.prod(shape[:i]) > 1:
-                    e = f"({e} % {s})"
-                cs.append(self.tmp(self.idx_t, e, "i"))
-            idx.coords = cs
+            assert idx.linear is not None
+            idx.coords = [c if c == "0" else self.tmp(self.idx_t, c, "i") for c in coord_exprs(idx.linear, idx.shape)]
         return idx.coords
 
     def linear(self, idx: Idx) -> str:
@@ -126,11 +126,7 @@ class ExprBuilder:
             coords[i] = c
         outer = self.coords(Idx(tuple(src_shape[i] for i in rest[:tail]), linear=a))
         # the inner parts as expressions of j, not temporaries, so that linear() folds (j / d) * d + j % d back to j
-        dims = [src_shape[i] for i in rest[tail:]]
-        inside = []
-        for k, (d, t) in enumerate(zip(dims, strides_of(tuple(dims)), strict=True)):
-            e = j if t == 1 else f"({j} / {t})"
-            inside.append(f"({e} % {d})" if k else e)
+        inside = coord_exprs(j, tuple(src_shape[i] for i in rest[tail:]))
         for i, c in zip(rest, [*outer, *inside], strict=True):
             coords[i] = c
         return Idx(src_shape, coords=coords)

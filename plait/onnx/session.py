@@ -98,15 +98,6 @@ class InferenceSession:
         self._plans: dict[Any, _Compiled] = {}
         self._output_index = {o.name: i for i, o in enumerate(self._outputs)}
         self._repeat: _Repeat | None = None  # the last call, where run can repeat it directly (_repeatable)
-        # per plain tensor input, what a feed must be to pass _check_value as it is: dtype, rank and the fixed axes
-        # (a call's validation then reads no protobuf fields; any other value takes the full check and its errors)
-        self._fast: dict[str, tuple[np.dtype[Any], int, tuple[tuple[int, int], ...]]] = {}
-        for v in self._inputs:
-            tt = v.type.tensor_type
-            want = elem_np(tt.elem_type) if v.type.HasField("tensor_type") else None
-            if want is not None and tt.HasField("shape"):
-                dims = tuple((i, d.dim_value) for i, d in enumerate(tt.shape.dim) if d.HasField("dim_value"))
-                self._fast[v.name] = (np.dtype(want), len(tt.shape.dim), dims)
 
     def get_inputs(self) -> list[NodeArg]:
         return [_arg(v) for v in self._inputs]
@@ -126,17 +117,7 @@ class InferenceSession:
         for v in self._inputs:
             if v.name not in feed:
                 raise OnnxInputError(f"input {v.name!r} is missing from the feed (inputs: {sorted(known)})")
-            value, fast = feed[v.name], self._fast.get(v.name)
-            if (
-                fast is not None
-                and type(value) is np.ndarray
-                and value.dtype == fast[0]
-                and value.ndim == fast[1]
-                and all(value.shape[i] == d for i, d in fast[2])
-            ):
-                out[v.name] = value
-                continue
-            out[v.name] = self._check_value(v, v.type, value)
+            out[v.name] = self._check_value(v, v.type, feed[v.name])
         return out
 
     def _check_value(self, v: onnx.ValueInfoProto, tp: onnx.TypeProto, value: Any) -> Any:

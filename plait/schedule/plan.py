@@ -375,12 +375,12 @@ class Plan:
             else:
                 self.device.allocator.copy_in(self.buffers[node.uid], np.ascontiguousarray(arr, dtype=node.dtype.np))
         self.run()
-        if _CAPTURES:  # read's error: a traced step must not read values back
-            read(self.device, self._buffer_of(self.outputs[0]), self.outputs[0])
-        return [
-            view.copy() if view is not None and buf is self._buffer_of(n) else read(self.device, self._buffer_of(n), n)
-            for n, (buf, view) in zip(self.outputs, outs, strict=True)
-        ]
+        out = []
+        for n, (buf, view) in zip(self.outputs, outs, strict=True):
+            now = self._buffer_of(n)
+            # inside a traced step read() says why values must not be read back
+            out.append(view.copy() if view is not None and buf is now and not _CAPTURES else read(self.device, now, n))
+        return out
 
     def _host_io(self) -> tuple[list[np.ndarray | None], list[tuple[Buffer, np.ndarray | None]]]:
         """Host arrays over the inputs' and outputs' buffers (Allocator.host_view; None where there is none), made
