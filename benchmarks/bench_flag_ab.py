@@ -39,10 +39,14 @@ def plans(model: str, batch: int, x: np.ndarray, flag: list[str] | None, ab: lis
         target = importlib.import_module(mod)
         if not hasattr(target, name):
             raise SystemExit(f"{mod} has no {name}")
-        setattr(target, name, eval(va))
-        a = build(model, batch, x)
-        setattr(target, name, eval(vb))
-        return {"A": a, "B": build(model, batch, x)}
+        saved = getattr(target, name)
+        try:
+            setattr(target, name, eval(va))
+            a = build(model, batch, x)
+            setattr(target, name, eval(vb))
+            return {"A": a, "B": build(model, batch, x)}
+        finally:
+            setattr(target, name, saved)
     if not ab:
         raise SystemExit("give --flag MODULE NAME A B or --ab OLD NEW")
     return build_ab(model, batch, x, ab)
