@@ -613,6 +613,24 @@ def _micro(mr: int, nv: int, pnv: int = 0) -> str:
   for (int i = 0; i < {mr}; i++)
 #pragma GCC unroll {nv}
     for (int v = 0; v < {nv}; v++) acc[i][v] = (plait_vf){{0}};
+  if (apk == 2) /* (a compile-time constant) A packed in blocks of VW columns, element (i, p) at
+                   a[p / VW * VW * mr + i * VW + p % VW] (winograd_c's U) */
+    for (int p0 = 0; p0 < kc; p0 += {VW}) {{
+      const float* ab = a + p0 * {mr};
+      const int pe = kc - p0 < {VW} ? kc - p0 : {VW};
+      for (int q = 0; q < pe; q++) {{
+        plait_vf b[{nv}];
+#pragma GCC unroll {nv}
+        for (int v = 0; v < {nv}; v++) b[v] = *(const plait_vf*)(bp + (p0 + q) * {pnr} + v * {VW});
+#pragma GCC unroll {mr}
+        for (int i = 0; i < {mr}; i++) {{
+          float ai = ab[i * {VW} + q];
+#pragma GCC unroll {nv}
+          for (int v = 0; v < {nv}; v++) acc[i][v] += b[v] * ai;
+        }}
+      }}
+    }}
+  else
   for (int p = 0; p < kc; p++) {{
     plait_vf b[{nv}];
     if (fuse) {{ /* (a compile-time constant) B read where it lies, row p at src + p * ldb, and packed on the way */

@@ -109,6 +109,16 @@ U_LOCALITY = 3
 # more than a local write. resnet50 b1 two threads, benchmarks/bench_far_ab.py: far placement 21.75 -> 21.41 ms
 # (layer3's 14x14 F(2,3) layers 2.61 -> 2.49 ms), near 18.85 -> 18.88 ms (docs/benchmarks.md).
 V_PREFETCHW = True
+# U in the micro-kernel's blocked panels (gemm_c's apk 2): the mr rows of a register tile over VW input channels at a
+# time, element (i, c) of a panel at c / VW * VW * mr + i * VW + c % VW. A product then reads U as one sequential run
+# instead of mr rows ldu apart. With few tiles (batch 1's 14x14 and 7x7 planes: 16) each U element serves 16 columns,
+# so U's stream from memory sets the pace. The weight transform still stores a vector of channels per instruction.
+# Two threads, per-round ratios inside whole replays (bench_flag_ab.py --steps, packed / rows, 12-20 rounds):
+# - resnet50 b1: 14x14 F(4,3) layers 0.89-0.94, 7x7 F(2,3) 0.93-0.94, 28x28 0.92-0.94, 56x56 0.96-0.99;
+# - resnet18 b1: sum of spans 0.955; alexnet b1 0.968 (its 13x13 layers 0.76-0.94); vgg16 b1 1.000;
+# - resnet18's b16 training step: the Winograd kernels 296-329 against 339-352 ms, weight transforms unchanged.
+# Whole resnet50 b1 replays: 0.956 and 0.975 in the two orders (docs/benchmarks.md, twenty-second session).
+U_PACKED = True
 
 
 @dataclass(frozen=True)
@@ -163,12 +173,22 @@ class WinogradPlan:
     @property
     def ldu(self) -> int:
         """Row stride of U: C, padded where C is a multiple of 128 floats, so the micro-kernel's rows of U do not
-        fall into the same L1 sets (a power-of-two stride maps every fourth or eighth row to one set)."""
+        fall into the same L1 sets (a power-of-two stride maps every fourth or eighth row to one set). Packed
+        (U_PACKED), a panel's channels rounded up to whole vectors: a panel is mr * ldu floats."""
+        if U_PACKED:
+            return -(-self.c // gemm_c.VW) * gemm_c.VW
         return self.c + 16 if self.c % 128 == 0 else self.c
 
     @property
-    def u_shape(self) -> tuple[int, int, int]:
-        return (self.alpha * self.alpha, self.kp, self.ldu)
+    def slab(self) -> int:
+        """Floats from one tile element's U to the next. Packed, one line more than its panels: those are often a
+        whole number of 4 KB pages (resnet's 512 x 512: 516 x 512 floats), and the weight transform writes all
+        alpha^2 elements at once, whose stores would then share L1 sets."""
+        return self.kp * self.ldu + (16 if U_PACKED else 0)
+
+    @property
+    def u_shape(self) -> tuple[int, ...]:
+        return (self.alpha * self.alpha, self.slab) if U_PACKED else (self.alpha * self.alpha, self.kp, self.ldu)
 
 
 def _tag(m: int, r: int) -> str:
@@ -501,7 +521,7 @@ _GEO = """//@shared-begin plait_wino_geo
 /* A Winograd convolution's geometry: channels in and out (kp: out rounded up to the register tile; ldu: the row
    stride of U), image, output,
    padding, tile rows and columns per image, tile rows per block and tile columns per block (padded to panels). */
-typedef struct { int c, k, kp, ldu, h, w, oh, ow, ph, pw, th, tw, rpb, tbp; } plait_wino_geo;
+typedef struct { int c, k, kp, ldu, us, h, w, oh, ow, ph, pw, th, tw, rpb, tbp; } plait_wino_geo;
 /* Floats between consecutive tile elements xi of the transformed inputs V and of the products, past a whole number
    of panels: those strides are often a multiple of 4 KB (64 channels x 16 tiles x 4 bytes), which put all 36 stores
    of one input tile (and the output transform's 36 loads) into one L1 set; one line more spreads them over 36. */
@@ -526,8 +546,8 @@ def _driver(m: int, r: int, mr: int, nv: int) -> str:
         whole = "cols - (used - 1) * " + f"{nr} <= {gemm_c.VW} ? used - 1 : used"
         tail = f"""
           if (whole < used) /* a last panel of at most VW tiles: the one-vector kernel on its first vector */
-            plait_micro_{mr}x1of{nv}(g->c, u, g->ldu, vb + xi * xs + (long)whole * g->c * {nr}, mb + xi * ms + whole * {nr},
-                                  tbp, 1, {mr}, {gemm_c.VW}, 0);"""
+            plait_micro{"x" if U_PACKED else ""}_{mr}x1of{nv}(g->c, u, {0 if U_PACKED else "g->ldu"}, vb + xi * xs + (long)whole * g->c * {nr}, mb + xi * ms + whole * {nr},
+                                  tbp, 1, {mr}, {gemm_c.VW}, 0{", 0, 0, 0, 0, 0, 2" if U_PACKED else ""});"""
     return f"""//@shared-begin plait_wino_{f}_{t}
 static void plait_wino_{f}_{t}(const plait_wino_geo* g, int images, const float* X, const float* U, float* Y,
                               plait_epi_fn epi, void* const* extra) {{
@@ -559,14 +579,14 @@ static void plait_wino_{f}_{t}(const plait_wino_geo* g, int images, const float*
         float* mb = plait_scratch((size_t)({al2} * ms) + (size_t){m * m} * tbp);
         int cols = (int)((r1 - r0) * g->tw), used = (cols + {nr - 1}) / {nr}, whole = {whole};
         for (int xi = 0; xi < {al2}; xi++) {{
-          const float* u = U + ((long)xi * g->kp + k0) * g->ldu;
+          const float* u = U + (long)xi * g->us + (long)k0 * g->ldu;
           /* the next element's rows of U (U_AHEAD) come in while these multiply */
           if (xi + {U_AHEAD} < {al2})
             for (long e = 0; e < (long){mr} * g->ldu; e += 16)
-              __builtin_prefetch(u + {U_AHEAD}L * g->kp * g->ldu + e, 0, {U_LOCALITY});
+              __builtin_prefetch(u + {U_AHEAD}L * g->us + e, 0, {U_LOCALITY});
           for (int p = 0; p < whole; p++)
-            plait_micro_{t}(g->c, u, g->ldu, vb + xi * xs + (long)p * g->c * {nr}, mb + xi * ms + p * {nr}, tbp, 1,
-                            {mr}, {nr}, 0);{tail}
+            plait_micro{"x" if U_PACKED else ""}_{t}(g->c, u, {0 if U_PACKED else "g->ldu"}, vb + xi * xs + (long)p * g->c * {nr}, mb + xi * ms + p * {nr}, tbp, 1,
+                            {mr}, {nr}, 0{", 0, 0, 0, 0, 0, 2" if U_PACKED else ""});{tail}
         }}
         plait_wino_out_{f}(mb, {mr}, rows, r0, r1, g, Y, k0, mb + {al2} * ms);
         /* the epilogue runs on each image's rows of finished output, a contiguous run of every channel plane */
@@ -587,9 +607,8 @@ static void plait_wino_{f}_{t}(const plait_wino_geo* g, int images, const float*
 
 
 def _geo(p: WinogradPlan) -> str:
-    return (
-        f"{p.c}, {p.k}, {p.kp}, {p.ldu}, {p.h}, {p.w}, {p.oh}, {p.ow}, {p.ph}, {p.pw}, {p.th}, {p.tw}, {p.rpb}, {p.tbp}"
-    )
+    fields = (p.c, p.k, p.kp, p.ldu, p.slab, p.h, p.w, p.oh, p.ow, p.ph, p.pw, p.th, p.tw, p.rpb, p.tbp)
+    return ", ".join(map(str, fields))
 
 
 def library(p: WinogradPlan) -> str:
@@ -652,14 +671,45 @@ def render_weight(p: WinogradPlan) -> RenderedKernel:
     ao, sam, sak = p.w_view
     src = [[f"t[{u * r + v}][j]" for v in range(r)] for u in range(r)]
     lines, out = _sandwich(g, src, "u", "        ")
-    stores = [
-        f"        U[({a * al + b}L * {p.kp} + k) * {p.ldu} + c0 + j] = {out[a][b]};"
-        for a in range(al)
-        for b in range(al)
-    ]
-    body = "\n".join(lines + stores)
-    zero = f"for (long i = 0; i < {p.c}; i++) U[((long)xi * {p.kp} + k) * {p.ldu} + i] = 0.0f;"
-    loop = f"""#pragma omp for schedule(static) nowait
+    gather = f"""        for (int j = 0; j < nc; j++) {{
+          const float* w = W + {ao} + (long)k * {sam} + (long)(c0 + j) * {r * r * sak};
+          for (int q = 0; q < {r * r}; q++) t[q][j] = w[q * {sak}];
+        }}
+"""
+    if U_PACKED:
+        # U as the micro-kernel's blocked panels (gemm_c: apk 2): row i of panel kb, channels c..c+VW (c a multiple of
+        # VW) at kb * mr * ldu + c * mr + i * VW, so each vector of channels is one store, as in the plain layout
+        mr, vw = p.mr, gemm_c.VW
+        stores = [
+            f"          U[{a * al + b}L * {p.slab} + base + l] = {out[a][b]};" for a in range(al) for b in range(al)
+        ]
+        lines_l = [ln.replace("][j]", "][jb + l]") for ln in lines]
+        loop = f"""#pragma omp for schedule(static) nowait
+  for (int kb = 0; kb < {p.kp // mr}; kb++)
+    for (int c0 = 0; c0 < {p.c}; c0 += 64)
+      for (int i = 0; i < {mr}; i++) {{
+        const int k = kb * {mr} + i, nc = {p.c} - c0 < 64 ? {p.c} - c0 : 64;
+        float t[{r * r}][64] = {{{{0}}}}; /* zeros: rows past the weight's and channels past c */
+        if (k < {p.k})
+{gather}        for (int jb = 0; jb < nc; jb += {vw}) {{
+          const long base = (long)kb * {mr} * {p.ldu} + (long)(c0 + jb) * {mr} + i * {vw};
+#pragma omp simd
+          for (int l = 0; l < {vw}; l++) {{
+{chr(10).join(lines_l)}
+{chr(10).join(stores)}
+          }}
+        }}
+      }}
+"""
+    else:
+        stores = [
+            f"        U[({a * al + b}L * {p.kp} + k) * {p.ldu} + c0 + j] = {out[a][b]};"
+            for a in range(al)
+            for b in range(al)
+        ]
+        body = "\n".join(lines + stores)
+        zero = f"for (long i = 0; i < {p.c}; i++) U[((long)xi * {p.kp} + k) * {p.ldu} + i] = 0.0f;"
+        loop = f"""#pragma omp for schedule(static) nowait
   for (int k = 0; k < {p.kp}; k++) {{
     if (k >= {p.k}) {{
       for (int xi = 0; xi < {al * al}; xi++) {zero}
@@ -668,11 +718,7 @@ def render_weight(p: WinogradPlan) -> RenderedKernel:
     for (int c0 = 0; c0 < {p.c}; c0 += 64) {{
       const int nc = {p.c} - c0 < 64 ? {p.c} - c0 : 64;
       float t[{r * r}][64];
-      for (int j = 0; j < nc; j++) {{
-        const float* w = W + {ao} + (long)k * {sam} + (long)(c0 + j) * {r * r * sak};
-        for (int q = 0; q < {r * r}; q++) t[q][j] = w[q * {sak}];
-      }}
-#pragma omp simd
+{gather.replace("        ", "      ", 1)}#pragma omp simd
       for (int j = 0; j < nc; j++) {{
 {body}
       }}
