@@ -541,13 +541,20 @@ def _driver(m: int, r: int, mr: int, nv: int) -> str:
     """Blocks of tile rows: per chunk of blocks, one parallel pass transforms the input tiles (one task per block and
     channel), a second runs the products, output transform and epilogue (one task per block and row tile)."""
     al2, nr, t, f = (m + r - 1) ** 2, nv * gemm_c.VW, f"{mr}x{nv}", _tag(m, r)
+
+    def micro(tile: str, args: str) -> str:
+        """A product of U's rows with a panel of V through the micro-kernel for `tile`: with U_PACKED its blocked
+        mode (plait_microx_, apk 2), else the plain one reading U's rows ldu apart. `args`: from the panel on."""
+        if U_PACKED:
+            return f"plait_microx_{tile}(g->c, u, 0, {args}, 0, 0, 0, 0, 0, 2)"
+        return f"plait_micro_{tile}(g->c, u, g->ldu, {args})"
+
     whole, tail = "used", ""
     if _tail(nv):
         whole = "cols - (used - 1) * " + f"{nr} <= {gemm_c.VW} ? used - 1 : used"
         tail = f"""
           if (whole < used) /* a last panel of at most VW tiles: the one-vector kernel on its first vector */
-            plait_micro{"x" if U_PACKED else ""}_{mr}x1of{nv}(g->c, u, {0 if U_PACKED else "g->ldu"}, vb + xi * xs + (long)whole * g->c * {nr}, mb + xi * ms + whole * {nr},
-                                  tbp, 1, {mr}, {gemm_c.VW}, 0{", 0, 0, 0, 0, 0, 2" if U_PACKED else ""});"""
+            {micro(f"{mr}x1of{nv}", f"vb + xi * xs + (long)whole * g->c * {nr}, mb + xi * ms + whole * {nr}, tbp, 1, {mr}, {gemm_c.VW}, 0")};"""
     return f"""//@shared-begin plait_wino_{f}_{t}
 static void plait_wino_{f}_{t}(const plait_wino_geo* g, int images, const float* X, const float* U, float* Y,
                               plait_epi_fn epi, void* const* extra) {{
@@ -585,8 +592,7 @@ static void plait_wino_{f}_{t}(const plait_wino_geo* g, int images, const float*
             for (long e = 0; e < (long){mr} * g->ldu; e += 16)
               __builtin_prefetch(u + {U_AHEAD}L * g->us + e, 0, {U_LOCALITY});
           for (int p = 0; p < whole; p++)
-            plait_micro{"x" if U_PACKED else ""}_{t}(g->c, u, {0 if U_PACKED else "g->ldu"}, vb + xi * xs + (long)p * g->c * {nr}, mb + xi * ms + p * {nr}, tbp, 1,
-                            {mr}, {nr}, 0{", 0, 0, 0, 0, 0, 2" if U_PACKED else ""});{tail}
+            {micro(t, f"vb + xi * xs + (long)p * g->c * {nr}, mb + xi * ms + p * {nr}, tbp, 1, {mr}, {nr}, 0")};{tail}
         }}
         plait_wino_out_{f}(mb, {mr}, rows, r0, r1, g, Y, k0, mb + {al2} * ms);
         /* the epilogue runs on each image's rows of finished output, a contiguous run of every channel plane */
@@ -661,9 +667,10 @@ def render(p: WinogradPlan, r: Any, epi: Any = None) -> RenderedKernel:
 
 
 def render_weight(p: WinogradPlan) -> RenderedKernel:
-    """The weight transform U[xi][k][c] = (G w[k, c] G^T)[xi] (rows k >= K zero), from the (K, C*r*r) weight view.
-    The channels run across the vector lanes, 64 at a time: their taps are first copied tap-major into a small
-    buffer, so that each of U's alpha^2 rows is stored a vector of channels per instruction (gcc does not gather the
+    """The weight transform U[xi] = (G w[k, c] G^T)[xi] (rows k >= K and, packed, channels c >= C zero), from the
+    (K, C*r*r) weight view, laid out as the micro-kernel's blocked panels (U_PACKED) or as rows k of C channels. The
+    channels run across the vector lanes, 64 at a time: their taps are first copied tap-major into a small buffer,
+    so that each of U's alpha^2 elements is stored a vector of channels per instruction (gcc does not gather the
     channel-major taps itself). Per training step this kernel runs on every 3x3 weight; resnet18's 512x512 F(4,3)
     transform took 11 ms one channel at a time (docs/benchmarks.md, "cpu training step: layer4 by Winograd")."""
     _, g, _ = _matrices(p.m, p.r)
@@ -718,7 +725,7 @@ def render_weight(p: WinogradPlan) -> RenderedKernel:
     for (int c0 = 0; c0 < {p.c}; c0 += 64) {{
       const int nc = {p.c} - c0 < 64 ? {p.c} - c0 : 64;
       float t[{r * r}][64];
-{gather.replace("        ", "      ", 1)}#pragma omp simd
+{gather}#pragma omp simd
       for (int j = 0; j < nc; j++) {{
 {body}
       }}
